@@ -1,0 +1,60 @@
+"""The `whale` command: one subcommand per module in this package.
+
+Each subcommand module defines `register(subparsers)` which adds its parser and
+sets `func=run` on it; `run(args) -> int` is the exit status. The CLI owns the
+terminal (tables, progress bars); library code only logs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import sys
+
+from whale_dspy.errors import WhaleError
+
+SUBCOMMANDS = (
+    "whale_dspy.cli.serve",
+    "whale_dspy.cli.eval",
+)
+
+
+def _quiet_offline_defaults() -> None:
+    """No hub and no cost-map fetch: every model and data file is local."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="whale", description="WHALE: joint harness-weight optimization of DSPy agents."
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level")
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for module_name in SUBCOMMANDS:
+        importlib.import_module(module_name).register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    _quiet_offline_defaults()
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+    )
+    try:
+        return int(args.func(args) or 0)
+    except WhaleError as error:
+        print(f"whale: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,140 @@
+"""Honest evaluation: k samples per task, mean@k and pass@k with a bootstrap CI, full traces.
+
+Rollouts run in threads (the server batches concurrent requests); each one is
+appended to the trace file as soon as it finishes, so an interrupted
+evaluation keeps what it did.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import dspy
+import numpy as np
+
+from whale_dspy.errors import ConfigError
+from whale_dspy.harness import HarnessProgram
+from whale_dspy.jsonl import append_jsonl
+from whale_dspy.records import Rollout
+from whale_dspy.rollouts import Metric, run_rollout
+from whale_dspy.seeding import derive_seed
+
+BOOTSTRAP_RESAMPLES = 2000
+
+
+@dataclass(frozen=True)
+class EvalReport:
+    """Scores of one (harness, adapter) pair on a task set."""
+
+    k: int
+    tasks: int
+    rollouts: int
+    mean_at_k: float
+    ci_low: float
+    ci_high: float
+    pass_at_k: float
+    parse_rate: float
+    mean_turns: float
+    prompt_tokens: int
+    completion_tokens: int
+    seconds: float
+    per_task: dict[str, list[float]]
+
+    @property
+    def rollouts_per_second(self) -> float:
+        return self.rollouts / self.seconds if self.seconds else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def bootstrap_ci(values: Sequence[float], *, seed: int = 0, level: float = 0.95) -> tuple[float, float]:
+    """Percentile bootstrap over tasks (the unit that varies), not over correlated samples."""
+    if len(values) == 0:
+        return 0.0, 0.0
+    data = np.asarray(values, dtype=float)
+    rng = np.random.default_rng(seed)
+    means = data[rng.integers(0, len(data), size=(BOOTSTRAP_RESAMPLES, len(data)))].mean(axis=1)
+    tail = (1 - level) / 2 * 100
+    return float(np.percentile(means, tail)), float(np.percentile(means, 100 - tail))
+
+
+def summarize(rollouts: Sequence[Rollout], *, k: int, seconds: float) -> EvalReport:
+    """Aggregate rollouts into mean@k (mean over tasks of the mean over samples) and pass@k."""
+    per_task: dict[str, list[float]] = defaultdict(list)
+    for rollout in sorted(rollouts, key=lambda r: (r.task_id, r.sample)):
+        per_task[rollout.task_id].append(rollout.score)
+    task_means = [float(np.mean(scores)) for scores in per_task.values()]
+    low, high = bootstrap_ci(task_means)
+    count = max(len(rollouts), 1)
+    return EvalReport(
+        k=k,
+        tasks=len(per_task),
+        rollouts=len(rollouts),
+        mean_at_k=float(np.mean(task_means)) if task_means else 0.0,
+        ci_low=low,
+        ci_high=high,
+        pass_at_k=float(np.mean([max(s) for s in per_task.values()])) if per_task else 0.0,
+        parse_rate=sum(r.parsed for r in rollouts) / count,
+        mean_turns=sum(r.turns for r in rollouts) / count,
+        prompt_tokens=sum(r.prompt_tokens for r in rollouts),
+        completion_tokens=sum(r.completion_tokens for r in rollouts),
+        seconds=seconds,
+        per_task=dict(per_task),
+    )
+
+
+def evaluate(
+    program: HarnessProgram,
+    examples: Sequence[dspy.Example],
+    *,
+    metric: Metric,
+    lm: dspy.BaseLM | None = None,
+    k: int = 8,
+    temperature: float = 1.0,
+    threads: int = 8,
+    namespace: str = "eval",
+    trace_path: Path | None = None,
+    on_rollout: Callable[[Rollout], None] | None = None,
+    **sampling: Any,
+) -> tuple[EvalReport, list[Rollout]]:
+    """Run k samples of every task; the rollout ids derive from (namespace, task, sample)."""
+    if k < 1 or threads < 1:
+        raise ConfigError(f"k and threads must be >= 1 (got k={k}, threads={threads})")
+    lm = lm or program.bound_lm or dspy.settings.lm
+    if lm is None:
+        raise ConfigError("no LM: pass lm=, bind one to the program, or dspy.configure(lm=...)")
+    jobs = [(example, sample) for example in examples for sample in range(k)]
+    started = time.perf_counter()
+    rollouts: list[Rollout] = []
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        futures = [
+            pool.submit(
+                contextvars.copy_context().run,
+                run_rollout,
+                program,
+                example,
+                lm=lm,
+                metric=metric,
+                sample=sample,
+                rollout_id=derive_seed(namespace, example.get("task_id"), sample),
+                temperature=temperature,
+                **sampling,
+            )
+            for example, sample in jobs
+        ]
+        for future in as_completed(futures):
+            rollout = future.result()
+            rollouts.append(rollout)
+            if trace_path is not None:
+                append_jsonl(trace_path, rollout.to_dict())
+            if on_rollout is not None:
+                on_rollout(rollout)
+    return summarize(rollouts, k=k, seconds=time.perf_counter() - started), rollouts

@@ -1,0 +1,73 @@
+"""The seams between layers: small protocols, one to three methods each.
+
+Optimizers see only these; domains, harness programs and backends implement
+them without importing each other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from whale_dspy.records import AdapterRef, SFTExample, TrainResult
+
+if TYPE_CHECKING:
+    import dspy
+
+    from whale_dspy.harness import HarnessSource
+
+Tools = dict[str, Callable[..., Any]]
+"""The tools a harness receives: name -> plain Python callable (fresh per rollout)."""
+
+SPLITS = ("train", "search", "val", "test")
+"""WHALE's task roles: weight training, harness search, validation (studies), held-out test."""
+
+
+@runtime_checkable
+class Domain(Protocol):
+    """Data splits, a verifier metric and per-task tools for one task family."""
+
+    name: str
+    signature: type[dspy.Signature]
+
+    def load(self, split: str, limit: int | None = None, seed: int = 0) -> list[dspy.Example]: ...
+
+    def metric(self, example: dspy.Example, pred: Any, trace: Any = None) -> float: ...
+
+    def tools(self, example: dspy.Example) -> Tools: ...
+
+
+@runtime_checkable
+class InferenceBackend(Protocol):
+    """Serves the base model plus named LoRA adapters over the OpenAI API."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def load_adapter(self, ref: AdapterRef) -> None: ...
+
+    def lm(self, adapter: str | None = None, **sampling: Any) -> dspy.LM: ...
+
+
+@runtime_checkable
+class WeightTrainer(Protocol):
+    """Turns accepted rollouts (as SFT examples) into a new adapter under a new name."""
+
+    def train(
+        self,
+        examples: Sequence[SFTExample],
+        *,
+        base: str,
+        parent: AdapterRef | None,
+        name: str,
+        out_dir: Path,
+    ) -> TrainResult: ...
+
+
+@runtime_checkable
+class HarnessProposer(Protocol):
+    """Writes new harness sources after reading the archive of prior candidates."""
+
+    def propose(self, archive: Any, k: int) -> list[HarnessSource]: ...

@@ -1,0 +1,122 @@
+"""Plain records shared by every layer: adapters, LM calls, tool calls, rollouts, SFT examples.
+
+A rollout's trace is what the weight phase trains on and what the harness
+proposer reads, so it keeps every LM call's messages and raw completion, every
+tool call, the prediction, the score and the error (a parse failure included).
+Records are frozen and round-trip through JSON (`to_dict` / `from_dict`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class AdapterRef:
+    """A LoRA adapter on disk, served under a versioned name that is never reused."""
+
+    name: str
+    path: str
+    base: str
+    parent: str | None = None
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """What one training run produced: the new adapter and its training signals."""
+
+    adapter: AdapterRef
+    loss: float
+    examples: int
+    tokens: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class LMCall:
+    """One LM request of a rollout: the messages sent and the raw completion returned."""
+
+    messages: tuple[dict[str, Any], ...]
+    completion: str
+    model: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    sampling: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> LMCall:
+        return cls(**{**data, "messages": tuple(data["messages"])})
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One call of a domain tool by the harness, with its result or error text."""
+
+    name: str
+    args: dict[str, Any]
+    result: str | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Rollout:
+    """One run of one harness on one task with one adapter: the full trace and its score."""
+
+    task_id: str
+    sample: int
+    rollout_id: int
+    harness: str
+    adapter: str | None
+    inputs: dict[str, Any]
+    prediction: dict[str, Any] | None
+    score: float
+    error: str | None
+    lm_calls: tuple[LMCall, ...] = ()
+    tool_calls: tuple[ToolCall, ...] = ()
+    seconds: float = 0.0
+
+    @property
+    def turns(self) -> int:
+        return len(self.lm_calls)
+
+    @property
+    def prompt_tokens(self) -> int:
+        return sum(call.prompt_tokens for call in self.lm_calls)
+
+    @property
+    def completion_tokens(self) -> int:
+        return sum(call.completion_tokens for call in self.lm_calls)
+
+    @property
+    def parsed(self) -> bool:
+        """False when the harness raised (a parse failure included) or returned nothing."""
+        return self.error is None and self.prediction is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Rollout:
+        return cls(
+            **{
+                **data,
+                "lm_calls": tuple(LMCall.from_dict(c) for c in data.get("lm_calls", ())),
+                "tool_calls": tuple(ToolCall(**c) for c in data.get("tool_calls", ())),
+            }
+        )
+
+
+@dataclass(frozen=True)
+class SFTExample:
+    """One supervised example: the prompt messages (masked) and the completion (trained on)."""
+
+    messages: tuple[dict[str, Any], ...]
+    completion: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"messages": list(self.messages), "completion": self.completion}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SFTExample:
+        return cls(messages=tuple(data["messages"]), completion=data["completion"])

@@ -1,0 +1,136 @@
+"""One rollout: run a harness on one task with one LM copy and keep its full trace.
+
+Each rollout gets its own LM copy (a distinct `rollout_id`, so DSPy's cache
+cannot collapse k samples), and that copy's history is exactly this rollout's
+LM calls. Tools are wrapped to record calls and results. A harness that raises
+(a parse failure included) yields an ordinary rollout scored 0 with the error
+and the raw completions kept.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import dspy
+
+from whale_dspy.harness import HarnessProgram
+from whale_dspy.jsonl import to_jsonable
+from whale_dspy.protocols import Tools
+from whale_dspy.records import LMCall, Rollout, ToolCall
+
+log = logging.getLogger(__name__)
+
+Metric = Callable[..., float]
+MAX_TOOL_RESULT_CHARS = 4000
+
+
+class ToolRecorder:
+    """Wraps tools so every call, its arguments and its result land in the trace."""
+
+    def __init__(self) -> None:
+        self.calls: list[ToolCall] = []
+        self._lock = threading.Lock()
+
+    def wrap(self, tools: Tools) -> Tools:
+        return {name: self._wrap_one(name, tool) for name, tool in tools.items()}
+
+    def _wrap_one(self, name: str, tool: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(tool)
+        def traced(*args: Any, **kwargs: Any) -> Any:
+            record_args = {**{f"arg{i}": a for i, a in enumerate(args)}, **kwargs}
+            try:
+                result = tool(*args, **kwargs)
+            except Exception as error:
+                self._record(
+                    ToolCall(name, to_jsonable(record_args), error=f"{type(error).__name__}: {error}")
+                )
+                raise
+            self._record(ToolCall(name, to_jsonable(record_args), result=str(result)[:MAX_TOOL_RESULT_CHARS]))
+            return result
+
+        return traced
+
+    def _record(self, call: ToolCall) -> None:
+        with self._lock:
+            self.calls.append(call)
+
+
+def lm_call_from_history(entry: dict[str, Any], sampling: dict[str, Any]) -> LMCall:
+    """Turn one DSPy history entry into an LMCall (messages sent, raw completion, usage)."""
+    outputs = entry.get("outputs") or [""]
+    first = outputs[0]
+    completion = (first.get("text") or "") if isinstance(first, dict) else str(first)
+    usage = entry.get("usage") or {}
+    return LMCall(
+        messages=tuple(
+            to_jsonable(entry.get("messages") or [{"role": "user", "content": entry.get("prompt")}])
+        ),
+        completion=completion,
+        model=str(entry.get("model", "")),
+        prompt_tokens=int(usage.get("prompt_tokens") or 0),
+        completion_tokens=int(usage.get("completion_tokens") or 0),
+        sampling=to_jsonable({**sampling, **(entry.get("kwargs") or {})}),
+    )
+
+
+def prediction_dict(prediction: Any) -> dict[str, Any] | None:
+    if prediction is None:
+        return None
+    if isinstance(prediction, dspy.Prediction):
+        return to_jsonable(prediction.toDict())
+    return to_jsonable({"answer": prediction})
+
+
+def score_of(metric: Metric, example: dspy.Example, prediction: Any) -> tuple[float, str | None]:
+    """The metric's score, or 0 with the reason when there is no prediction or the metric fails."""
+    if prediction is None:
+        return 0.0, None
+    try:
+        return float(metric(example, prediction)), None
+    except Exception as error:
+        return 0.0, f"metric failed: {type(error).__name__}: {error}"
+
+
+def run_rollout(
+    program: HarnessProgram,
+    example: dspy.Example,
+    *,
+    lm: dspy.BaseLM,
+    metric: Metric,
+    sample: int,
+    rollout_id: int,
+    **sampling: Any,
+) -> Rollout:
+    """Run `program` on `example` once; never raises for harness, parse or metric failures."""
+    rollout_lm = lm.copy(rollout_id=rollout_id, **sampling)
+    recorder = ToolRecorder()
+    started = time.perf_counter()
+    prediction, error = None, None
+    try:
+        inner = program.build_for(example, recorder.wrap(program.tools_factory(example)))
+        with dspy.context(lm=rollout_lm):
+            prediction = inner(**example.inputs())
+    except Exception as exc:
+        error = f"{type(exc).__name__}: {exc}"
+        log.debug("rollout %s/%s failed: %s", example.get("task_id"), sample, error)
+    score, metric_error = score_of(metric, example, prediction)
+    kept_sampling = {key: rollout_lm.kwargs.get(key) for key in ("temperature", "max_tokens", "rollout_id")}
+    return Rollout(
+        task_id=str(example.get("task_id", "")),
+        sample=sample,
+        rollout_id=rollout_id,
+        harness=program.source.name,
+        adapter=program.adapter_name,
+        inputs=to_jsonable(dict(example.inputs())),
+        prediction=prediction_dict(prediction),
+        score=score,
+        error=error or metric_error,
+        lm_calls=tuple(lm_call_from_history(entry, kept_sampling) for entry in rollout_lm.history),
+        tool_calls=tuple(recorder.calls),
+        seconds=time.perf_counter() - started,
+    )

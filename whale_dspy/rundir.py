@@ -1,0 +1,72 @@
+"""The run directory, the unit of record: config, event log, traces, archives, adapters.
+
+Events are appended as JSONL and flushed one by one, so a crash loses nothing
+that was recorded. Reopening a run with a different configuration is refused
+with the differences listed.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from whale_dspy.errors import ConfigError
+from whale_dspy.jsonl import append_jsonl, atomic_write_json, read_jsonl
+
+CONFIG_FILE = "config.json"
+EVENTS_FILE = "events.jsonl"
+
+
+def config_differences(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:
+    """Human-readable differences between two nested configurations."""
+    differences = []
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key), new.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            differences += config_differences(a, b, f"{prefix}{key}.")
+        elif a != b:
+            differences.append(f"{prefix}{key}: {a!r} -> {b!r}")
+    return differences
+
+
+@dataclass(frozen=True)
+class RunDir:
+    path: Path
+
+    @classmethod
+    def open(cls, path: str | Path, config: dict[str, Any]) -> RunDir:
+        """Create a run directory, or reopen one whose recorded configuration is the same."""
+        run = cls(Path(path))
+        recorded = run.config()
+        normalized = json.loads(json.dumps(config, default=str))
+        if recorded is None:
+            run.path.mkdir(parents=True, exist_ok=True)
+            atomic_write_json(run.path / CONFIG_FILE, normalized)
+        elif recorded != normalized:
+            differences = "; ".join(config_differences(recorded, normalized))
+            raise ConfigError(f"run {run.path} was started with another configuration: {differences}")
+        return run
+
+    def config(self) -> dict[str, Any] | None:
+        path = self.path / CONFIG_FILE
+        return json.loads(path.read_text()) if path.exists() else None
+
+    def subdir(self, *parts: str) -> Path:
+        path = self.path.joinpath(*parts)
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    @property
+    def events_path(self) -> Path:
+        return self.path / EVENTS_FILE
+
+    def log_event(self, kind: str, **fields: Any) -> dict[str, Any]:
+        event = {"kind": kind, "time": time.time(), **fields}
+        append_jsonl(self.events_path, event)
+        return event
+
+    def events(self, kind: str | None = None) -> list[dict[str, Any]]:
+        return [e for e in read_jsonl(self.events_path) if kind is None or e.get("kind") == kind]
