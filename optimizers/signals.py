@@ -1,0 +1,52 @@
+"""What each phase reports per step: the signals the switching schedules and budgets read.
+
+The weight phase yields one `WeightStep` per RFT step and the harness phase one
+`HarnessIteration` per Meta-Harness iteration (iteration 0 is the incoming
+harness's own evaluation). Both count rollouts the same way, so the
+alternation's x-axis is rollouts whichever phase spent them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from whale_dspy.records import AdapterRef
+
+
+@dataclass(frozen=True)
+class WeightStep:
+    """One rejection-sampling fine-tuning step."""
+
+    step: int
+    adapter: AdapterRef | None
+    mean_reward: float
+    accept_rate: float
+    accepted: int
+    train_loss: float | None
+    tokens: int
+    rollouts: int
+    seconds: float
+    skipped: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class HarnessIteration:
+    """One Meta-Harness iteration: candidates proposed, validated, evaluated, archived."""
+
+    iteration: int
+    best_name: str
+    best_score: float
+    iteration_best_score: float
+    candidates: int
+    valid: int
+    rollouts: int
+    proposer_calls: int
+    proposer_tokens: int
+    seconds: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
