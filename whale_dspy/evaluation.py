@@ -138,3 +138,34 @@ def evaluate(
             if on_rollout is not None:
                 on_rollout(rollout)
     return summarize(rollouts, k=k, seconds=time.perf_counter() - started), rollouts
+
+
+class InProcessEvaluator:
+    """The CandidateEvaluator for trusted harnesses: `evaluate` in this process."""
+
+    def __init__(self, *, threads: int = 8):
+        self.threads = threads
+
+    def evaluate(
+        self,
+        program: HarnessProgram,
+        examples: Sequence[dspy.Example],
+        *,
+        metric: Metric,
+        lm: dspy.BaseLM,
+        k: int,
+        namespace: str,
+        trace_path: Path | None = None,
+        **sampling: Any,
+    ) -> tuple[EvalReport, list[Rollout]]:
+        return evaluate(
+            program,
+            examples,
+            metric=metric,
+            lm=lm,
+            k=k,
+            threads=self.threads,
+            namespace=namespace,
+            trace_path=trace_path,
+            **sampling,
+        )

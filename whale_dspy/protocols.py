@@ -71,3 +71,25 @@ class HarnessProposer(Protocol):
     """Writes new harness sources after reading the archive of prior candidates."""
 
     def propose(self, archive: Any, k: int) -> list[HarnessSource]: ...
+
+
+@runtime_checkable
+class CandidateEvaluator(Protocol):
+    """Runs a (possibly untrusted) harness on tasks and returns its report and traces.
+
+    `whale_dspy.evaluation.InProcessEvaluator` runs it in this process; the
+    sandboxed evaluator runs the harness code in a contained child process.
+    """
+
+    def evaluate(
+        self,
+        program: Any,
+        examples: Sequence[dspy.Example],
+        *,
+        metric: Callable[..., float],
+        lm: dspy.BaseLM,
+        k: int,
+        namespace: str,
+        trace_path: Path | None = None,
+        **sampling: Any,
+    ) -> tuple[Any, list[Any]]: ...
