@@ -1,0 +1,153 @@
+"""The evaluator and rollout traces, driven by a scripted LM."""
+
+from __future__ import annotations
+
+import json
+
+import dspy
+import pytest
+
+from whale_dspy.errors import ConfigError, HarnessError
+from whale_dspy.evaluation import bootstrap_ci, evaluate
+from whale_dspy.harness import HarnessProgram, HarnessSource, source_of
+from whale_dspy.jsonl import read_jsonl
+from whale_dspy.records import Rollout
+from whale_dspy.testing.scripted_lm import ScriptedLM
+
+SEARCH_HARNESS = """
+import dspy
+
+class Lookup(dspy.Module):
+    def __init__(self, signature, tools):
+        super().__init__()
+        self.answer = dspy.Predict(signature)
+        self.search = tools["search"]
+
+    def forward(self, question):
+        passage = self.search(query=question)
+        return self.answer(question=question + " | " + passage)
+
+def build(signature, tools):
+    return Lookup(signature, tools)
+"""
+
+
+def search(query: str, k: int = 1) -> str:
+    """Return the passage about the query."""
+    return f"passage for {query}"
+
+
+def exact(example, pred, trace=None) -> float:
+    return float(pred.answer == example.answer)
+
+
+@pytest.fixture
+def program() -> HarnessProgram:
+    source = HarnessSource(name="lookup", code=SEARCH_HARNESS)
+    return HarnessProgram(source, dspy.Signature("question -> answer"), lambda example: {"search": search})
+
+
+def tasks(n: int) -> list[dspy.Example]:
+    return [
+        dspy.Example(task_id=f"t{i}", question=f"q{i}?", answer=str(i)).with_inputs("question")
+        for i in range(n)
+    ]
+
+
+def test_mean_at_k_pass_at_k_and_per_task_scores(program):
+    # t0 always right, t1 right once in two samples, t2 never.
+    lm = ScriptedLM(
+        {"q0?": {"answer": "0"}, "q1?": [{"answer": "1"}, {"answer": "no"}], "q2?": {"answer": "x"}}
+    )
+    report, rollouts = evaluate(program, tasks(3), metric=exact, lm=lm, k=2, threads=1)
+    assert report.per_task == {"t0": [1.0, 1.0], "t1": [1.0, 0.0], "t2": [0.0, 0.0]}
+    assert report.mean_at_k == pytest.approx((1 + 0.5 + 0) / 3)
+    assert report.pass_at_k == pytest.approx(2 / 3)
+    assert report.rollouts == 6 and report.tasks == 3 and len(rollouts) == 6
+    assert report.ci_low <= report.mean_at_k <= report.ci_high
+
+
+def test_k_samples_get_distinct_rollout_ids_and_the_trace_is_complete(program, tmp_path):
+    lm = ScriptedLM({"q0?": {"answer": "0"}})
+    trace_path = tmp_path / "traces.jsonl"
+    _, rollouts = evaluate(program, tasks(1), metric=exact, lm=lm, k=3, threads=2, trace_path=trace_path)
+    assert len({r.rollout_id for r in rollouts}) == 3
+    recorded = [Rollout.from_dict(row) for row in read_jsonl(trace_path)]
+    assert sorted(r.rollout_id for r in recorded) == sorted(r.rollout_id for r in rollouts)
+    first = recorded[0]
+    assert first.tool_calls[0].name == "search" and first.tool_calls[0].result == "passage for q0?"
+    call = first.lm_calls[0]
+    assert "q0? | passage for q0?" in json.dumps(call.messages)
+    assert "[[ ## answer ## ]]" in call.completion
+    assert call.sampling["temperature"] == 1.0 and call.sampling["rollout_id"] == first.rollout_id
+    assert first.prediction == {"answer": "0"} and first.score == 1.0
+
+
+def test_same_namespace_gives_same_rollout_ids_other_namespace_differs(program):
+    lm = ScriptedLM({"q0?": {"answer": "0"}})
+    ids = [
+        sorted(r.rollout_id for r in evaluate(program, tasks(1), metric=exact, lm=lm, k=2, namespace=ns)[1])
+        for ns in ("a", "a", "b")
+    ]
+    assert ids[0] == ids[1] != ids[2]
+
+
+def test_parse_failure_is_an_ordinary_zero_rollout_with_raw_completion(program):
+    lm = ScriptedLM({"q0?": "I think the answer is 0"})
+    report, [rollout] = evaluate(program, tasks(1), metric=exact, lm=lm, k=1)
+    assert rollout.score == 0.0 and not rollout.parsed
+    assert "AdapterParseError" in rollout.error
+    assert rollout.lm_calls[0].completion == "I think the answer is 0"
+    assert report.parse_rate == 0.0
+
+
+def test_raising_harness_and_raising_metric_score_zero_and_evaluation_goes_on():
+    code = "import dspy\ndef build(signature, tools):\n    raise RuntimeError('boom')\n"
+    broken = HarnessProgram(HarnessSource("broken", code), dspy.Signature("question -> answer"))
+    report, rollouts = evaluate(broken, tasks(2), metric=exact, lm=ScriptedLM([]), k=1)
+    assert report.mean_at_k == 0.0 and all("boom" in r.error for r in rollouts)
+
+    def bad_metric(example, pred, trace=None):
+        raise KeyError("gold")
+
+    good = HarnessProgram(
+        HarnessSource(
+            "direct", "import dspy\ndef build(signature, tools):\n    return dspy.Predict(signature)\n"
+        ),
+        dspy.Signature("question -> answer"),
+    )
+    _, [rollout] = evaluate(good, tasks(1), metric=bad_metric, lm=ScriptedLM([{"answer": "0"}]), k=1)
+    assert rollout.score == 0.0 and "metric failed" in rollout.error
+
+
+def test_bad_configuration_is_refused_before_work(program):
+    with pytest.raises(ConfigError, match="k and threads"):
+        evaluate(program, tasks(1), metric=exact, lm=ScriptedLM([]), k=0)
+    with pytest.raises(ConfigError, match="no LM"):
+        evaluate(program, tasks(1), metric=exact, k=1)
+
+
+def test_harness_sources_that_do_not_parse_or_lack_build_are_refused():
+    sig = dspy.Signature("question -> answer")
+    with pytest.raises(HarnessError, match="does not parse"):
+        HarnessProgram(HarnessSource("bad", "def build(:\n"), sig)
+    with pytest.raises(HarnessError, match="defines no top-level"):
+        HarnessProgram(HarnessSource("nobuild", "x = 1\n"), sig)
+    with pytest.raises(HarnessError, match="failed to load"):
+        HarnessProgram(HarnessSource("raises", "raise ValueError('x')\ndef build(s, t):\n    pass\n"), sig)
+
+
+def test_program_is_a_dspy_module_and_with_lm_never_mutates(program):
+    lm = ScriptedLM({"q0?": {"answer": "0"}})
+    bound = program.with_lm(lm, adapter_name="policy-r01-s0001")
+    assert program.bound_lm is None and bound.adapter_name == "policy-r01-s0001"
+    assert bound(question="q0?").answer == "0"
+    assert source_of(bound).code == SEARCH_HARNESS
+
+
+def test_bootstrap_ci_brackets_the_mean_and_is_seeded():
+    values = [0.0, 1.0] * 20
+    assert bootstrap_ci(values) == bootstrap_ci(values)
+    low, high = bootstrap_ci(values)
+    assert low < 0.5 < high
+    assert bootstrap_ci([1.0] * 5) == (1.0, 1.0)
