@@ -1,0 +1,287 @@
+"""WhaleOptimizer: alternate weight phases (RFT) and harness phases (Meta-Harness) on one rollout budget.
+
+The engine pulls one unit at a time from a phase's generator (a weight step or
+a harness iteration) after asking the schedule whether the phase is over and
+the budget whether the unit fits, records it as an event, checkpoints, and
+evaluates on the held-out test tasks every `eval_every` rollouts. The
+baselines are methods of this same engine (optimizers.methods), so they share
+its budget rule and its accounting.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import dspy
+from dspy.teleprompt import Teleprompter
+
+from optimizers.budget import Budget
+from optimizers.checkpoint import (
+    EVALUATION,
+    PHASE_ENDED,
+    PHASE_STARTED,
+    RUN_FINISHED,
+    RUN_RESUMED,
+    RUN_STARTED,
+    Recorder,
+    RunState,
+    initial_state,
+    load_harness,
+    load_state,
+    repair_event_log,
+    store_harness,
+)
+from optimizers.methods import HARNESS, WEIGHT, Method, get_method
+from optimizers.phases import HarnessPhase, PhaseDriver, WeightPhase, harness_driver, weight_driver
+from optimizers.schedules import Schedule
+from optimizers.whale_report import WhaleReport, report_from_state
+from whale_dspy.errors import BackendError, ConfigError
+from whale_dspy.evaluation import evaluate
+from whale_dspy.harness import HarnessProgram, source_of
+from whale_dspy.protocols import InferenceBackend
+from whale_dspy.records import AdapterRef
+from whale_dspy.rollouts import Metric
+from whale_dspy.rundir import RunDir
+
+log = logging.getLogger(__name__)
+
+TEST_NAMESPACE = "whale-test"
+"""One rollout-id namespace for every checkpoint's test evaluation: common random numbers."""
+
+
+@dataclass(frozen=True)
+class _Data:
+    trainset: Sequence[dspy.Example]
+    searchset: Sequence[dspy.Example]
+    testset: Sequence[dspy.Example] | None
+
+
+class WhaleOptimizer(Teleprompter):
+    """Joint harness-weight optimization; `compile` returns the final program with `.report`."""
+
+    def __init__(
+        self,
+        *,
+        backend: InferenceBackend,
+        metric: Metric,
+        schedule: Schedule,
+        budget: int,
+        run_dir: str | Path,
+        eval_every: int,
+        weight_phase: WeightPhase | None = None,
+        harness_phase: HarnessPhase | None = None,
+        method: str | Method = "whale",
+        eval_k: int = 8,
+        eval_threads: int = 8,
+        config: dict[str, Any] | None = None,
+        on_event: Callable[[dict[str, Any]], None] | None = None,
+    ):
+        super().__init__()
+        self.method = get_method(method) if isinstance(method, str) else method
+        self.budget = Budget(budget)
+        if not (type(eval_every) is int and eval_every >= 1) or not (type(eval_k) is int and eval_k >= 1):
+            raise ConfigError(f"eval_every and eval_k must be ints >= 1, got {eval_every!r}, {eval_k!r}")
+        phases = {WEIGHT: weight_phase, HARNESS: harness_phase}
+        missing = [kind for kind in sorted(self.method.needs) if phases[kind] is None]
+        if missing:
+            raise ConfigError(f"method {self.method.name!r} needs a {' and a '.join(missing)} phase")
+        self.backend, self.metric, self.schedule = backend, metric, schedule
+        self.weight_phase, self.harness_phase = weight_phase, harness_phase
+        self.run_dir, self.eval_every, self.eval_k = Path(run_dir), eval_every, eval_k
+        self.eval_threads = eval_threads
+        self.extra_config, self.on_event = dict(config or {}), on_event
+        self.report: WhaleReport | None = None
+
+    def compile(
+        self,
+        student: HarnessProgram,
+        *,
+        trainset: Sequence[dspy.Example],
+        valset: Sequence[dspy.Example] | None = None,
+        searchset: Sequence[dspy.Example] | None = None,
+        testset: Sequence[dspy.Example] | None = None,
+        resume: bool = False,
+    ) -> HarnessProgram:
+        """Run (or continue) the alternation until the budget is spent; `valset` is for studies only."""
+        data = self._check_data(student, trainset, searchset, testset)
+        recorder = self._open(student, data, resume=resume)
+        program = self._restore(student, recorder.run, recorder.state)
+        self._evaluate(recorder, program, data, force=not recorder.state.curve)
+        while not recorder.state.finished:
+            program = self._run_phase(recorder, program, data)
+        self._evaluate(recorder, program, data, force=True)
+        self.report = report_from_state(recorder.state, self._config(student, data), recorder.run.path)
+        program.report = self.report
+        return program
+
+    # -- setup ---------------------------------------------------------------------------------
+
+    def _check_data(self, student: Any, trainset: Any, searchset: Any, testset: Any) -> _Data:
+        if not isinstance(student, HarnessProgram):
+            raise ConfigError(f"WhaleOptimizer needs a HarnessProgram student, got {type(student).__name__}")
+        if WEIGHT in self.method.needs and not trainset:
+            raise ConfigError(f"method {self.method.name!r} needs a non-empty trainset for the weight phase")
+        if HARNESS in self.method.needs and not searchset:
+            raise ConfigError(
+                f"method {self.method.name!r} needs a non-empty searchset for the harness phase"
+            )
+        return _Data(list(trainset or ()), list(searchset or ()), list(testset) if testset else None)
+
+    def _config(self, student: HarnessProgram, data: _Data) -> dict[str, Any]:
+        """What a resumed run must share with the original; RunDir refuses any difference."""
+        return {
+            "method": self.method.to_dict(),
+            "schedule": self.schedule.to_dict(),
+            "budget": self.budget.rollouts,
+            "eval_every": self.eval_every,
+            "eval_k": self.eval_k,
+            "student": {"name": student.source.name, "digest": student.source.digest},
+            "data": {name: _fingerprint(split) for name, split in vars(data).items()},
+            **self.extra_config,
+        }
+
+    def _open(self, student: HarnessProgram, data: _Data, *, resume: bool) -> Recorder:
+        run_path = self.run_dir
+        existed = (run_path / "config.json").exists()
+        if resume and not existed:
+            raise ConfigError(f"nothing to resume: {run_path} holds no run (no config.json)")
+        run = RunDir.open(run_path, self._config(student, data))
+        repair_event_log(run)
+        recorder = Recorder(run, load_state(run, initial_state(run, source_of(student))), self.on_event)
+        recorder.record(
+            RUN_RESUMED if recorder.state.events else RUN_STARTED, rollouts=recorder.state.spend.rollouts
+        )
+        return recorder
+
+    def _restore(self, student: HarnessProgram, run: RunDir, state: RunState) -> HarnessProgram:
+        """The current harness bound to the current adapter, re-served if this server lacks it."""
+        return self._bind(student.with_source(load_harness(run, state.harness)), state.adapter_ref)
+
+    def _bind(self, program: HarnessProgram, adapter: AdapterRef | None) -> HarnessProgram:
+        if adapter is not None:
+            self._ensure_served(adapter)
+        name = adapter.name if adapter else None
+        return program.with_lm(self.backend.lm(name), adapter_name=name)
+
+    def _ensure_served(self, adapter: AdapterRef) -> None:
+        try:
+            self.backend.lm(adapter.name)
+        except BackendError:
+            log.info("re-loading adapter %s into the server (resumed run)", adapter.name)
+            self.backend.load_adapter(adapter)
+
+    # -- phases --------------------------------------------------------------------------------
+
+    def _run_phase(self, recorder: Recorder, program: HarnessProgram, data: _Data) -> HarnessProgram:
+        """Open (or continue) the next phase, drive it unit by unit, and close it."""
+        state = recorder.state
+        kind = self.method.phase_at(state.position)
+        if kind is None:
+            recorder.record(RUN_FINISHED, reason="method complete")
+            return program
+        cycle = self.method.cycle_of(state.position)
+        if not state.phase_open:
+            recorder.record(
+                PHASE_STARTED, phase=kind, position=state.position, cycle=cycle, harness=state.harness
+            )
+        program, reason = self._drive(recorder, program, self._driver(kind, data, recorder.run), kind, data)
+        units = len(recorder.state.phase_units)
+        recorder.record(PHASE_ENDED, phase=kind, cycle=cycle, reason=reason)
+        if units == 0 and reason == "budget":
+            recorder.record(RUN_FINISHED, reason="budget spent")
+        return program
+
+    def _drive(
+        self, recorder: Recorder, program: HarnessProgram, driver: PhaseDriver, kind: str, data: _Data
+    ) -> tuple[HarnessProgram, str]:
+        stream = None
+        try:
+            while (reason := self._stop_reason(recorder.state, driver, kind)) is None:
+                stream = stream or driver.stream(program, recorder.state)
+                item = next(stream, None)
+                if item is None:
+                    return program, "exhausted"
+                signal, program = item
+                if driver.index(signal) < driver.counted(recorder.state):
+                    continue  # replayed from the phase's own record on resume: already counted
+                fields = {"harness": store_harness(recorder.run, program.source)} if kind == HARNESS else {}
+                recorder.record(
+                    driver.event, signal=signal.to_dict(), declared=driver.cost(recorder.state), **fields
+                )
+                self._evaluate(recorder, program, data)
+            return program, reason
+        finally:
+            if stream is not None:
+                stream.close()
+
+    def _stop_reason(self, state: RunState, driver: PhaseDriver, kind: str) -> str | None:
+        if self.method.repeat and driver.done(state):
+            return "schedule"
+        cap = self.budget.cap(self.method.share_of(kind))
+        if not Budget.fits(state.spend.rollouts, driver.cost(state), cap):
+            return "budget" if cap == self.budget.rollouts else "stage share"
+        return None
+
+    def _driver(self, kind: str, data: _Data, run: RunDir) -> PhaseDriver:
+        if kind == WEIGHT:
+            return weight_driver(self.weight_phase, data.trainset, self.schedule, self.method)
+        return harness_driver(
+            self.harness_phase,
+            data.searchset,
+            self.schedule,
+            incoming=lambda program, state: program.with_source(load_harness(run, state.incoming)),
+            archive_dir=lambda state: self.run_dir / "harness" / f"phase-{state.position:03d}",
+        )
+
+    # -- evaluation ----------------------------------------------------------------------------
+
+    def _evaluate(
+        self, recorder: Recorder, program: HarnessProgram, data: _Data, *, force: bool = False
+    ) -> None:
+        """Test mean@k at this many rollouts, when due; never charged to the optimization budget."""
+        state = recorder.state
+        spent = state.spend.rollouts
+        if data.testset is None or (not force and spent < state.next_eval):
+            return
+        if state.curve and state.curve[-1]["rollouts"] == spent:
+            return
+        trace = recorder.run.subdir("evals") / f"test-{spent:08d}.jsonl"
+        trace.unlink(missing_ok=True)  # an evaluation interrupted by a crash starts over
+        result, _ = evaluate(
+            program,
+            data.testset,
+            metric=self.metric,
+            k=self.eval_k,
+            threads=self.eval_threads,
+            namespace=TEST_NAMESPACE,
+            trace_path=trace,
+        )
+        recorder.record(
+            EVALUATION,
+            rollouts=spent,
+            next_eval=(spent // self.eval_every + 1) * self.eval_every,
+            mean_at_k=result.mean_at_k,
+            ci_low=result.ci_low,
+            ci_high=result.ci_high,
+            pass_at_k=result.pass_at_k,
+            parse_rate=result.parse_rate,
+            k=result.k,
+            tasks=result.tasks,
+            eval_rollouts=result.rollouts,
+            seconds=result.seconds,
+            harness=program.source.name,
+            adapter=program.adapter_name,
+        )
+
+
+def _fingerprint(split: Sequence[dspy.Example] | None) -> dict[str, Any] | None:
+    """A split's size and a digest of its task ids (or inputs), so a resume on other data is refused."""
+    if split is None:
+        return None
+    keys = [str(e.get("task_id") or sorted(e.toDict().items())) for e in split]
+    return {"tasks": len(keys), "digest": hashlib.sha256("\x1f".join(keys).encode()).hexdigest()[:12]}

@@ -1,0 +1,182 @@
+"""The `whale run/report/compare/transfer` CLI path on scripted phases, and a real kill -9 resume."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+from whale_helpers import scripted_run
+
+from optimizers.checkpoint import engine_events
+from whale_dspy.cli import compare, report, run, transfer
+from whale_dspy.errors import ConfigError
+from whale_dspy.rundir import RunDir
+
+HELPERS = Path(__file__).with_name("whale_helpers.py")
+VOLATILE = {"time", "elapsed", "seconds"}
+
+
+def cli(*argv: str) -> int:
+    """Parse and run one of this module's subcommands, as `whale` does."""
+    parser = argparse.ArgumentParser()
+    subparsers = parser.add_subparsers()
+    for module in (run, compare, report, transfer):
+        module.register(subparsers)
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+def quiet() -> Console:
+    return Console(file=open(os.devnull, "w"))  # noqa: SIM115
+
+
+def stable_events(run_dir: Path) -> list[dict]:
+    events = [e for e in engine_events(RunDir(run_dir)) if e["kind"] not in ("run_started", "run_resumed")]
+    return [{k: v for k, v in e.items() if k not in VOLATILE} for e in events]
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("cli") / "run"
+    return run_dir, scripted_run(run_dir, console=quiet())
+
+
+def test_run_writes_its_report_table_and_plot(finished):
+    run_dir, result = finished
+    assert json.loads((run_dir / "report.json").read_text()) == json.loads(json.dumps(result))
+    table = (run_dir / "report.md").read_text()
+    assert "| whale | 1 |" in table and "best mean@2" in table
+    assert (run_dir / "curve.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_report_redraws_from_the_events(finished, tmp_path):
+    run_dir, result = finished
+    (run_dir / "report.md").unlink()
+    (run_dir / "curve.png").unlink()
+    assert cli("report", str(run_dir)) == 0
+    redrawn = json.loads((run_dir / "report.json").read_text())
+    drop = lambda r: {**r, "spend": {k: v for k, v in r["spend"].items() if k != "wall_seconds"}}  # noqa: E731
+    assert drop(redrawn) == drop(json.loads(json.dumps(result)))
+    assert (run_dir / "report.md").exists() and (run_dir / "curve.png").exists()
+
+
+def test_report_over_a_folder_of_runs_compares_methods(tmp_path):
+    for seed in (0, 1):
+        scripted_run(tmp_path / "runs" / "whale" / f"seed-{seed}", budget=30, console=quiet())
+    assert cli("report", str(tmp_path / "runs")) == 0
+    assert "| whale | 2 |" in (tmp_path / "runs" / "report.md").read_text()
+    assert len(json.loads((tmp_path / "runs" / "report.json").read_text())) == 2
+
+
+def test_resume_with_other_settings_is_refused_before_any_server(finished):
+    run_dir, _ = finished
+    with pytest.raises(ConfigError, match=r"budget: 60 -> 99; .*eval_k: 2 -> 4"):
+        cli("run", "--resume", str(run_dir), "--budget", "99", "--eval-k", "4")
+    with pytest.raises(ConfigError, match="holds no `whale run`"):
+        cli("run", "--resume", str(run_dir.parent / "nothing"))
+    with pytest.raises(ConfigError, match="needs --domain"):
+        cli("run", "--budget", "10")
+
+
+def test_compare_validates_methods_and_seeds_first(tmp_path):
+    with pytest.raises(
+        ConfigError, match="valid methods are whale, weight-only, harness-only, fst, stagewise"
+    ):
+        cli("compare", "--domain", "math", "--methods", "whale,bogus", "--out", str(tmp_path))
+    with pytest.raises(ConfigError, match="--seeds must be comma-separated integers"):
+        cli("compare", "--domain", "math", "--seeds", "0,x", "--out", str(tmp_path))
+    args = argparse.Namespace(domain="math", methods="whale,fst", seeds="0,1", out=tmp_path, budget=50)
+    runs, out = compare.plan(args)
+    assert [(s.method, s.seed, s.budget, d.relative_to(out).as_posix()) for s, d in runs] == [
+        ("whale", 0, 50, "whale/seed-0"),
+        ("fst", 0, 50, "fst/seed-0"),
+        ("whale", 1, 50, "whale/seed-1"),
+        ("fst", 1, 50, "fst/seed-1"),
+    ]
+
+
+def test_transfer_picks_the_weights_of_another_run(finished, tmp_path):
+    run_dir, result = finished
+    settings = run.RunSettings.from_run(run_dir)
+    assert transfer.weights_of("base", settings) == ("base", None)
+    label, adapter = transfer.weights_of(str(run_dir), settings)
+    assert adapter.name == result["adapter"]["name"] and label.endswith(adapter.name)
+    with pytest.raises(ConfigError, match="another base model"):
+        transfer.weights_of(str(run_dir), run.RunSettings(domain="math", model="qwen2.5-coder-0.5b"))
+
+
+def wait_for_units(run_dir: Path, count: int, proc: subprocess.Popen, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        units = [
+            e for e in engine_events(RunDir(run_dir)) if e["kind"] in ("weight_step", "harness_iteration")
+        ]
+        if len(units) >= count:
+            return
+        assert proc.poll() is None, "the scripted run ended before it could be killed"
+        time.sleep(0.02)
+    raise AssertionError(f"fewer than {count} units after {timeout} s")
+
+
+def scripted_process(run_dir: Path, delay: float) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HELPERS.parent.parent), str(HELPERS.parent)])}
+    return subprocess.Popen(
+        [sys.executable, str(HELPERS), str(run_dir), "--delay", str(delay)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+
+
+@pytest.mark.parametrize("kill_after", [2, 5, 8])
+def test_kill_9_mid_run_then_resume_matches_an_uninterrupted_run(finished, tmp_path, kill_after):
+    reference_dir, reference = finished
+    run_dir = tmp_path / "killed"
+    proc = scripted_process(run_dir, delay=0.15)
+    try:
+        wait_for_units(run_dir, kill_after, proc)
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    resumed = scripted_process(run_dir, delay=0.0)
+    _, stderr = resumed.communicate(timeout=120)
+    assert resumed.returncode == 0, stderr.decode()[-2000:]
+    assert stable_events(run_dir) == stable_events(reference_dir)
+    final = json.loads((run_dir / "report.json").read_text())
+    assert final["spend"]["rollouts"] == reference["spend"]["rollouts"]
+    assert [p["mean_at_k"] for p in final["curve"]] == [p["mean_at_k"] for p in reference["curve"]]
+    assert final["harness"] == reference["harness"] and final["adapter"] == reference["adapter"]
+    assert [e["kind"] for e in engine_events(RunDir(run_dir))].count("run_resumed") == 1
+
+
+@pytest.mark.parametrize("method", ["whale", "fst"])
+def test_wiring_builds_the_real_phases_with_their_rollout_bounds(tmp_path, method):
+    from whale_dspy.backends import RemoteServer
+    from whale_dspy.cli.wiring import load_data, make_optimizer
+
+    settings = run.RunSettings(
+        domain="math", method=method, budget=100, train_limit=8, search_limit=4, test_limit=2
+    )
+    data = load_data(settings)
+    optimizer = make_optimizer(
+        settings, tmp_path, RemoteServer("http://127.0.0.1:9", base_model="base"), data
+    )
+    rft, meta = optimizer.weight_phase.rft, optimizer.harness_phase.meta
+    assert optimizer.weight_phase.rollouts_per_step(data.trainset) == rft.config.batch_size * rft.config.k
+    per_candidate = meta.config.smoke_tasks + len(data.searchset) * meta.config.rollouts_per_task
+    assert optimizer.harness_phase.rollouts_per_iteration(data.searchset, 0) == per_candidate
+    assert (
+        optimizer.harness_phase.rollouts_per_iteration(data.searchset, 1)
+        == per_candidate * meta.config.candidates
+    )
+    assert meta.config.prompt_only is (method == "fst")
+    assert rft.config.run_tag == f"{method}-0"  # runs sharing one server never reuse adapter names

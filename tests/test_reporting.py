@@ -1,0 +1,76 @@
+"""Comparison tables and plots from report dicts: averages over seeds, CIs, step curves, PNG output."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from whale_dspy.reporting import markdown_table, plot_curves, summarize_methods
+from whale_dspy.reporting.plots import method_curve, step_values
+
+
+def point(rollouts, mean, half=0.1, k=8):
+    return {"rollouts": rollouts, "mean_at_k": mean, "ci_low": mean - half, "ci_high": mean + half, "k": k}
+
+
+def report(method, curve, *, rollouts=100, tokens=0, wall=10.0):
+    spend = {"rollouts": rollouts, "eval_rollouts": 16 * len(curve), "proposer_tokens": tokens,
+             "weight_seconds": 5.0, "wall_seconds": wall}  # fmt: skip
+    best = max(curve, key=lambda p: p["mean_at_k"]) if curve else None
+    return {"method": method, "budget": 100, "spend": spend, "curve": curve, "best": best,
+            "final": curve[-1] if curve else None}  # fmt: skip
+
+
+REPORTS = [
+    report("whale", [point(0, 0.2), point(50, 0.6), point(100, 0.5)], tokens=300),
+    report("whale", [point(0, 0.2), point(60, 0.4), point(100, 0.7)], tokens=100),
+    report("weight-only", [point(0, 0.2), point(100, 0.3)]),
+]
+
+
+def test_summaries_average_over_seeds_in_first_seen_order():
+    whale, weight_only = summarize_methods(REPORTS)
+    assert (whale.method, whale.seeds, weight_only.seeds) == ("whale", 2, 1)
+    assert whale.best.mean == pytest.approx((0.6 + 0.7) / 2)
+    assert whale.best.ci_low == pytest.approx((0.5 + 0.6) / 2)
+    assert whale.best.seed_std == pytest.approx(np.std([0.6, 0.7], ddof=1))
+    assert whale.final.mean == pytest.approx((0.5 + 0.7) / 2)
+    assert whale.proposer_tokens == 200 and whale.eval_rollouts == 48
+    assert weight_only.best.seed_std == 0.0
+
+
+def test_markdown_table_has_one_row_per_method_with_cis():
+    text = markdown_table(summarize_methods(REPORTS), k=8, budget=100)
+    lines = [line for line in text.splitlines() if line.startswith("| ")]
+    assert len(lines) == 3 and "best mean@8" in lines[0]
+    assert lines[1].startswith("| whale | 2 | 0.650 [0.550, 0.750] ±0.071 (seeds) | 0.600 [0.500, 0.700]")
+    assert lines[2].startswith("| weight-only | 1 | 0.300 [0.200, 0.400] | 0.300")
+    assert "Budget: 100 rollouts" in text
+
+
+def test_a_run_without_test_evaluations_reads_n_a():
+    text = markdown_table(summarize_methods([report("harness-only", [])]))
+    assert "| harness-only | 1 | n/a | n/a |" in text
+
+
+def test_step_values_hold_the_last_evaluation():
+    curve = [point(0, 0.2), point(50, 0.6)]
+    values = step_values(curve, np.array([0, 10, 50, 70]), "mean_at_k")
+    assert values.tolist() == [0.2, 0.2, 0.6, 0.6]
+
+
+def test_method_curve_means_seeds_on_the_union_grid_with_a_min_max_band():
+    grid, mean, low, high = method_curve(REPORTS[:2])
+    assert grid.tolist() == [0, 50, 60, 100]
+    assert mean.tolist() == pytest.approx([0.2, 0.4, 0.5, 0.6])  # at 50 the second seed still holds 0.2
+    assert low.tolist() == pytest.approx([0.2, 0.2, 0.4, 0.5]) and high.tolist() == pytest.approx(
+        [0.2, 0.6, 0.6, 0.7]
+    )
+    _, single, ci_low, _ = method_curve(REPORTS[2:])
+    assert ci_low.tolist() == pytest.approx([0.1, 0.2]) and single.tolist() == [0.2, 0.3]
+
+
+def test_plot_writes_a_png(tmp_path):
+    path = plot_curves(REPORTS + [report("harness-only", [])], tmp_path / "plots" / "curve.png", title="t")
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000

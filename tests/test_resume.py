@@ -1,0 +1,134 @@
+"""Resuming a WHALE run after a crash at any unit: same final state, same events, nothing counted twice."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from whale_helpers import Crash, Crashes, FakeHarnessPhase, FakeWeightPhase, backend, compile_run, optimizer
+
+from optimizers.checkpoint import CHECKPOINT_FILE, engine_events
+from optimizers.schedules import Fixed
+from whale_dspy.errors import ConfigError
+from whale_dspy.rundir import RunDir
+
+VOLATILE = {"time", "elapsed", "seconds"}
+BUDGET = (
+    60  # whale, fixed(0.6, 3): weight 3 steps (12), harness 3 iterations (30) -> 6 weight + 4 harness units
+)
+
+
+def run(run_dir, crashes=None, **options):
+    """One process's worth of work: a fresh server and fresh phases (as after a restart)."""
+    server = backend()
+    crashes = crashes or Crashes()
+    weight = FakeWeightPhase(server, crashes=crashes)
+    harness = FakeHarnessPhase(crashes=crashes)
+    settings = {"budget": BUDGET, "schedule": Fixed(0.6, 3), **options}
+    opt = optimizer(run_dir, server, weight=weight, harness=harness, **settings)
+    return compile_run(opt, server), server, weight
+
+
+def stable_events(run_dir):
+    """The engine's events without the resume markers and wall-clock fields."""
+    events = [e for e in engine_events(RunDir(run_dir)) if e["kind"] not in ("run_started", "run_resumed")]
+    return [{k: v for k, v in e.items() if k not in VOLATILE} for e in events]
+
+
+def stable_report(report):
+    data = report.to_dict()
+    data["spend"] = {k: v for k, v in data["spend"].items() if not k.endswith("seconds")}
+    data.pop("run_dir")
+    return data
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("reference") / "run"
+    program, _, _ = run(run_dir)
+    return program.report, stable_events(run_dir)
+
+
+def units_of(report):
+    return [(p.phase, p.units) for p in report.phases]
+
+
+def crash_points(report):
+    """Every unit of the reference run, before its work and after its work (before it is recorded)."""
+    weight = sum(p.units for p in report.phases if p.phase == "weight")
+    harness = sum(p.units for p in report.phases if p.phase == "harness")
+    return [("weight", i, when) for i in range(weight) for when in ("before", "after")] + [
+        ("harness", i, when) for i in range(harness) for when in ("before", "after")
+    ]
+
+
+def test_the_reference_run_has_units_in_every_phase(reference):
+    report, _ = reference
+    assert units_of(report) == [("weight", 3), ("harness", 3), ("weight", 3), ("harness", 1), ("weight", 0)]
+
+
+def test_resume_after_a_crash_at_every_unit_matches_an_uninterrupted_run(reference, tmp_path):
+    report, events = reference
+    for index, point in enumerate(crash_points(report)):
+        run_dir = tmp_path / f"crash-{index}"
+        crashes = Crashes({point})
+        with pytest.raises(Crash):
+            run(run_dir, crashes)
+        resumed, server, weight = run(run_dir, crashes)
+        assert stable_report(resumed.report) == stable_report(report), point
+        assert stable_events(run_dir) == events, point
+        if point[0] == "weight":
+            # no finished step is redone: the resumed process starts at the crashed step
+            assert weight.started[0] == point[1], point
+        # the adapter the run was on is served by the new server before any use
+        assert resumed.adapter_name in server.loaded
+
+
+def test_resumed_run_reloads_its_adapter_into_a_new_server(tmp_path):
+    crashes = Crashes({("harness", 1, "before")})
+    with pytest.raises(Crash):
+        run(tmp_path / "run", crashes)
+    _, server, weight = run(tmp_path / "run", crashes)
+    assert server.load_order[0] == "fake-s0002"  # the adapter the crashed harness phase was using
+    assert weight.started[0] == 3
+
+
+def test_resuming_a_finished_run_does_no_work(tmp_path):
+    first, _, _ = run(tmp_path / "run")
+    again, server, weight = run(tmp_path / "run")
+    assert weight.started == []
+    assert stable_report(again.report) == stable_report(first.report)
+    assert server.load_order == [first.adapter_name]
+
+
+def test_resume_with_another_configuration_is_refused_with_the_differences(tmp_path):
+    run(tmp_path / "run", budget=30)
+    with pytest.raises(ConfigError) as error:
+        run(tmp_path / "run", budget=40, eval_k=4)
+    assert "budget: 30 -> 40" in str(error.value) and "eval_k: 2 -> 4" in str(error.value)
+
+
+def test_resume_flag_needs_an_existing_run(tmp_path):
+    server = backend()
+    opt = optimizer(tmp_path / "none", server, weight=FakeWeightPhase(server), method="weight-only")
+    with pytest.raises(ConfigError, match="nothing to resume"):
+        compile_run(opt, server, resume=True)
+
+
+def test_a_torn_last_event_and_a_stale_checkpoint_are_recovered(tmp_path, reference):
+    report, events = reference
+    crashes = Crashes({("weight", 4, "before"), ("weight", 5, "after")})
+    run_dir = tmp_path / "run"
+    with pytest.raises(Crash):
+        run(run_dir, crashes)
+    stale_checkpoint = (run_dir / CHECKPOINT_FILE).read_text()
+    with pytest.raises(Crash):
+        run(run_dir, crashes)
+    # kill -9 mid-append leaves half a line; the checkpoint lags the log by several events
+    log = run_dir / "events.jsonl"
+    log.write_text(log.read_text() + '{"kind": "weight_step", "sig')
+    (run_dir / CHECKPOINT_FILE).write_text(stale_checkpoint)
+    assert json.loads(stale_checkpoint)["events"] < len(engine_events(RunDir(run_dir)))
+    resumed, _, _ = run(run_dir, crashes)
+    assert stable_events(run_dir) == events
+    assert stable_report(resumed.report) == stable_report(report)

@@ -1,0 +1,72 @@
+"""`whale compare`: several methods on the same seeds, tasks and rollout budget, sharing one server.
+
+Each (method, seed) is an ordinary run directory under OUT/METHOD/seed-S, so an
+interrupted comparison continues where it stopped when run again. OUT gets the
+Markdown table (best and final mean@k with CIs, mean over seeds) and the plot
+of accuracy against rollouts per method.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+from pathlib import Path
+
+from rich.console import Console
+
+from whale_dspy.cli.report import print_summary, write_outputs
+from whale_dspy.cli.run import check_same_settings, execute, served
+from whale_dspy.cli.wiring import RunSettings, add_run_arguments, load_data, make_backend
+from whale_dspy.errors import ConfigError
+
+ALL_METHODS = "whale,weight-only,harness-only,fst,stagewise"
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("compare", help="run several methods on the same seeds and budget")
+    add_run_arguments(parser, method=False)
+    parser.add_argument("--methods", default=ALL_METHODS, help=f"comma-separated (default {ALL_METHODS})")
+    parser.add_argument("--seeds", default="0", help="comma-separated seeds (default 0)")
+    parser.add_argument("--out", type=Path, help="default runs/compare-DOMAIN")
+    parser.set_defaults(func=run)
+
+
+def plan(args: argparse.Namespace) -> tuple[list[tuple[RunSettings, Path]], Path]:
+    """Every (settings, run dir) of the comparison, validated before the server starts."""
+    from optimizers.methods import get_method
+
+    if not args.domain:
+        raise ConfigError("whale compare needs --domain")
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    for method in methods:
+        get_method(method)
+    try:
+        seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    except ValueError:
+        raise ConfigError(f"--seeds must be comma-separated integers, got {args.seeds!r}") from None
+    if not methods or not seeds:
+        raise ConfigError("whale compare needs at least one method and one seed")
+    base = RunSettings.from_args(args)
+    out = args.out or Path("runs") / f"compare-{base.domain}"
+    runs = [
+        (replace(base, method=method, seed=seed), out / method / f"seed-{seed}")
+        for seed in seeds
+        for method in methods
+    ]
+    for settings, run_dir in runs:
+        check_same_settings(settings, run_dir)
+    return runs, out
+
+
+def run(args: argparse.Namespace) -> int:
+    console = Console()
+    runs, out = plan(args)
+    data = load_data(runs[0][0])
+    with served(make_backend(runs[0][0], out)) as backend:
+        reports = [execute(settings, run_dir, backend, data, console=console) for settings, run_dir in runs]
+    table, plot = write_outputs(
+        out, reports, title=f"{runs[0][0].domain}: methods on {runs[0][0].budget} rollouts"
+    )
+    print_summary(console, reports)
+    console.print(f"wrote {table} and {plot}")
+    return 0

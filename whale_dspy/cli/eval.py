@@ -1,0 +1,139 @@
+"""`whale eval`: mean@k of one harness on one domain split, with its traces written to disk."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import time
+from pathlib import Path
+
+import dspy
+
+from whale_dspy.evaluation import EvalReport, evaluate
+from whale_dspy.harness import HarnessProgram, HarnessSource
+from whale_dspy.protocols import SPLITS
+
+OUTPUT_FORMATS = ("chat", "json")
+"""chat: DSPy's ChatAdapter; json: JSONAdapter, which the server turns into schema-constrained decoding."""
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("eval", help="evaluate a harness on a domain split (mean@k, traces)")
+    parser.add_argument("--domain", required=True, help="chess, math, math500, search or squad")
+    parser.add_argument(
+        "--harness", default=None, help="seed harness name or a harness .py file (default: h0)"
+    )
+    parser.add_argument("--split", default="test", choices=SPLITS)
+    parser.add_argument("--limit", type=int, default=20, help="tasks to evaluate (default 20)")
+    parser.add_argument("--k", type=int, default=8, help="samples per task (default 8)")
+    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--max-tokens", type=int, default=256)
+    parser.add_argument("--threads", type=int, default=8)
+    parser.add_argument("--model", default="smollm2-135m", help="embedded model name, local folder or hub id")
+    parser.add_argument("--server-url", default=None, help="use a running server instead of starting one")
+    parser.add_argument("--adapter", default=None, help="LoRA adapter folder to evaluate (default: base)")
+    parser.add_argument("--output-format", choices=OUTPUT_FORMATS, default="chat")
+    parser.add_argument("--out", type=Path, default=None, help="folder for traces.jsonl and report.json")
+    parser.add_argument("--seed", type=int, default=0, help="task sample seed")
+    parser.set_defaults(func=run)
+
+
+def resolve_harness(name_or_file: str | None, domain: str) -> HarnessSource:
+    """A harness file path, or a seed harness by domain or file stem."""
+    from harness_programs import seed_harness_path
+
+    if name_or_file and Path(name_or_file).is_file():
+        return HarnessSource.from_path(name_or_file)
+    return HarnessSource.from_path(seed_harness_path(name_or_file or domain))
+
+
+@contextlib.contextmanager
+def open_backend(args: argparse.Namespace, log_dir: Path):
+    """The server named by --server-url, or an embedded one started for this command."""
+    from whale_dspy.backends import RemoteServer, embedded_server
+
+    if args.server_url:
+        yield RemoteServer(args.server_url)
+        return
+    server = embedded_server(args.model, run_dir=log_dir)
+    with server:
+        yield server
+
+
+def adapter_context(output_format: str):
+    return dspy.context(adapter=dspy.JSONAdapter()) if output_format == "json" else contextlib.nullcontext()
+
+
+def run(args: argparse.Namespace) -> int:
+    from domains import get_domain
+    from whale_dspy.records import AdapterRef
+
+    domain = get_domain(args.domain)
+    source = resolve_harness(args.harness, args.domain)
+    examples = domain.load(args.split, args.limit, args.seed)
+    out = args.out or Path("runs") / f"eval-{args.domain}-{source.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    out.mkdir(parents=True, exist_ok=True)
+    with open_backend(args, out) as backend:
+        adapter_name = None
+        if args.adapter:
+            adapter_name = f"eval-{Path(args.adapter).name}-{int(time.time())}"
+            backend.load_adapter(AdapterRef(adapter_name, str(Path(args.adapter).resolve()), args.model))
+        lm = backend.lm(adapter=adapter_name, max_tokens=args.max_tokens)
+        program = HarnessProgram(source, domain.signature, domain.tools, lm=lm, adapter_name=adapter_name)
+        with adapter_context(args.output_format), _progress(len(examples) * args.k) as advance:
+            report, _ = evaluate(
+                program,
+                examples,
+                metric=domain.metric,
+                k=args.k,
+                temperature=args.temperature,
+                threads=args.threads,
+                namespace=f"eval-{args.split}",
+                trace_path=out / "traces.jsonl",
+                on_rollout=lambda rollout: advance(),
+            )
+    _write_and_print(report, out, args, source.name)
+    return 0
+
+
+@contextlib.contextmanager
+def _progress(total: int):
+    from rich.progress import Progress
+
+    with Progress(transient=True) as progress:
+        task = progress.add_task("rollouts", total=total)
+        yield lambda: progress.advance(task)
+
+
+def _write_and_print(report: EvalReport, out: Path, args: argparse.Namespace, harness: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from whale_dspy.jsonl import atomic_write_json
+
+    meta = {"domain": args.domain, "harness": harness, "split": args.split, "model": args.model}
+    atomic_write_json(out / "report.json", {**meta, "output_format": args.output_format, **report.to_dict()})
+    table = Table(title=f"{args.domain} / {harness} / {args.split} ({args.output_format} output)")
+    for column in (
+        "tasks",
+        "k",
+        f"mean@{report.k}",
+        "95% CI",
+        f"pass@{report.k}",
+        "parsed",
+        "tokens/rollout",
+        "rollouts/s",
+    ):
+        table.add_column(column, justify="right")
+    table.add_row(
+        str(report.tasks),
+        str(report.k),
+        f"{report.mean_at_k:.3f}",
+        f"[{report.ci_low:.3f}, {report.ci_high:.3f}]",
+        f"{report.pass_at_k:.3f}",
+        f"{report.parse_rate:.0%}",
+        f"{report.completion_tokens / max(report.rollouts, 1):.0f}",
+        f"{report.rollouts_per_second:.2f}",
+    )
+    Console().print(table)
+    Console().print(f"traces: {out / 'traces.jsonl'}")

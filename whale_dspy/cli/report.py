@@ -1,0 +1,111 @@
+"""`whale report DIR`: redraw a run's (or a comparison's) table and plot from its recorded events.
+
+DIR is one run directory, or a folder holding several (as `whale compare`
+writes them); every run's report is rebuilt from its config, checkpoint and
+events, so an interrupted run can be reported too.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from whale_dspy.errors import ConfigError
+from whale_dspy.jsonl import atomic_write_json, atomic_write_text
+from whale_dspy.reporting import markdown_table, plot_curves, summarize_methods
+
+REPORT_JSON, TABLE_MD, CURVE_PNG = "report.json", "report.md", "curve.png"
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("report", help="redraw the table and plot of a run or a comparison")
+    parser.add_argument("path", type=Path, metavar="DIR", help="a run directory or a folder of runs")
+    parser.set_defaults(func=run)
+
+
+def run_dirs(path: Path) -> list[Path]:
+    """The run directories at or below `path` (a run is a folder with config.json and events)."""
+    if (path / "config.json").exists():
+        return [path]
+    runs = sorted(p.parent for p in path.rglob("config.json") if (p.parent / "events.jsonl").exists())
+    if not runs:
+        raise ConfigError(f"{path} holds no run directory (no config.json with events.jsonl below it)")
+    return runs
+
+
+def collect_reports(path: Path) -> list[dict[str, Any]]:
+    from optimizers.whale_report import load_report
+
+    return [load_report(run_dir).to_dict() for run_dir in run_dirs(path)]
+
+
+def write_outputs(out_dir: Path, reports: Sequence[dict[str, Any]], *, title: str) -> tuple[Path, Path]:
+    """report.json (every run), report.md (the table) and curve.png (accuracy against rollouts)."""
+    atomic_write_json(out_dir / REPORT_JSON, list(reports) if len(reports) > 1 else reports[0])
+    k = next((r["curve"][0]["k"] for r in reports if r["curve"]), None)
+    budgets = {r["budget"] for r in reports}
+    table = markdown_table(
+        summarize_methods(reports), k=k, budget=budgets.pop() if len(budgets) == 1 else None
+    )
+    atomic_write_text(out_dir / TABLE_MD, f"# {title}\n\n{table}")
+    return out_dir / TABLE_MD, plot_curves(reports, out_dir / CURVE_PNG, title=title)
+
+
+def print_summary(console: Console, reports: Sequence[dict[str, Any]]) -> None:
+    table = Table(title="best and final test mean@k (95% bootstrap CI, mean over seeds)")
+    for column in (
+        "method",
+        "seeds",
+        "best",
+        "final",
+        "rollouts",
+        "test rollouts",
+        "proposer tokens",
+        "wall s",
+    ):
+        table.add_column(column, justify="left" if column == "method" else "right")
+    for s in summarize_methods(reports):
+        table.add_row(
+            s.method,
+            str(s.seeds),
+            s.best.cell() if s.best else "n/a",
+            s.final.cell() if s.final else "n/a",
+            f"{s.rollouts:.0f}",
+            f"{s.eval_rollouts:.0f}",
+            f"{s.proposer_tokens:.0f}",
+            f"{s.wall_seconds:.0f}",
+        )
+    console.print(table)
+
+
+def print_phases(console: Console, report: dict[str, Any]) -> None:
+    table = Table(title=f"{report['method']} ({report['schedule']}): phases")
+    for column in ("#", "phase", "cycle", "units", "rollouts", "ended by"):
+        table.add_column(column)
+    for phase in report["phases"]:
+        spent = f"{phase['start_rollouts']}-{phase['end_rollouts']}"
+        table.add_row(
+            str(phase["position"]),
+            phase["phase"],
+            str(phase["cycle"]),
+            str(phase["units"]),
+            spent,
+            phase["reason"],
+        )
+    console.print(table)
+
+
+def run(args: argparse.Namespace) -> int:
+    console = Console()
+    reports = collect_reports(args.path)
+    table, plot = write_outputs(args.path, reports, title=f"WHALE report: {args.path.name}")
+    if len(reports) == 1:
+        print_phases(console, reports[0])
+    print_summary(console, reports)
+    console.print(f"wrote {table} and {plot}")
+    return 0

@@ -1,0 +1,146 @@
+"""`whale run`: one method (WHALE or a baseline) on one domain, seed and rollout budget.
+
+A run directory that already holds a run continues it (`--resume DIR` says so
+explicitly and takes the recorded settings); any setting that differs from the
+recorded one is refused with the differences listed. The terminal shows a
+rollout progress bar and the current phase, then the phase table, the
+best/final mean@k table and where the plot went.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, fields, replace
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from whale_dspy.cli.report import print_phases, print_summary, write_outputs
+from whale_dspy.cli.wiring import (
+    RunData,
+    RunSettings,
+    add_run_arguments,
+    load_data,
+    make_backend,
+    make_optimizer,
+    student_of,
+)
+from whale_dspy.errors import ConfigError
+from whale_dspy.protocols import InferenceBackend
+from whale_dspy.rundir import RunDir, config_differences
+
+Builder = Callable[..., Any]
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "run", help="optimize harness and weights (WHALE or a baseline) on a budget"
+    )
+    add_run_arguments(parser)
+    parser.add_argument("--seed", type=int, help="seed of the phases' sampling and search (default 0)")
+    parser.add_argument("--run-dir", dest="run_dir", type=Path, help="default runs/DOMAIN-METHOD-seedS")
+    parser.add_argument("--resume", type=Path, metavar="RUN_DIR", help="continue the run recorded in RUN_DIR")
+    parser.set_defaults(func=run)
+
+
+def resolve(args: argparse.Namespace) -> tuple[RunSettings, Path]:
+    """Settings from the flags, or the resumed run's with flags on top; checked before any work."""
+    given = {
+        f.name: getattr(args, f.name) for f in fields(RunSettings) if getattr(args, f.name, None) is not None
+    }
+    if args.resume is not None:
+        settings, run_dir = replace(RunSettings.from_run(args.resume), **given), args.resume
+    elif "domain" not in given:
+        raise ConfigError("whale run needs --domain (or --resume RUN_DIR)")
+    else:
+        settings = RunSettings(**given)
+        run_dir = args.run_dir or Path("runs") / f"{settings.domain}-{settings.method}-seed{settings.seed}"
+    check_same_settings(settings, run_dir)
+    return settings, run_dir
+
+
+def check_same_settings(settings: RunSettings, run_dir: Path) -> None:
+    """Refuse to continue a recorded run with other settings, before a server starts."""
+    recorded = (RunDir(run_dir).config() or {}).get("cli")
+    if recorded is not None and recorded != asdict(settings):
+        differences = "; ".join(config_differences(recorded, asdict(settings)))
+        raise ConfigError(f"run {run_dir} was started with other settings: {differences}")
+
+
+@contextlib.contextmanager
+def served(backend: InferenceBackend) -> Iterator[InferenceBackend]:
+    backend.start()
+    try:
+        yield backend
+    finally:
+        backend.stop()
+
+
+class RunProgress:
+    """Rich progress for one run: rollouts spent out of the budget, the current phase, test scores."""
+
+    def __init__(self, console: Console, settings: RunSettings):
+        self.progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+        )
+        self.rollouts = self.progress.add_task(f"{settings.method} rollouts", total=settings.budget)
+        self.phase = self.progress.add_task("phase", total=None)
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        kind = event["kind"]
+        if kind in ("run_started", "run_resumed"):
+            self.progress.update(self.rollouts, completed=event["rollouts"])
+        elif kind == "phase_started":
+            self.progress.reset(self.phase, description=f"{event['phase']} phase (cycle {event['cycle']})")
+        elif kind in ("weight_step", "harness_iteration"):
+            self.progress.advance(self.rollouts, event["signal"]["rollouts"])
+            self.progress.advance(self.phase)
+        elif kind == "evaluation":
+            where = f"{event['harness']}, {event['adapter'] or 'base'}"
+            self.progress.console.print(
+                f"test mean@{event['k']} at {event['rollouts']} rollouts: {event['mean_at_k']:.3f} "
+                f"[{event['ci_low']:.3f}, {event['ci_high']:.3f}] ({where})"
+            )
+
+
+def execute(
+    settings: RunSettings,
+    run_dir: Path,
+    backend: InferenceBackend,
+    data: RunData,
+    *,
+    console: Console | None = None,
+    build: Builder = make_optimizer,
+) -> dict[str, Any]:
+    """Compile (or continue) the run on a started backend, write its outputs, return its report dict."""
+    console = console or Console()
+    progress = RunProgress(console, settings)
+    with progress.progress:
+        optimizer = build(settings, run_dir, backend, data, on_event=progress)
+        program = optimizer.compile(
+            student_of(data, backend), trainset=data.trainset, searchset=data.searchset, testset=data.testset
+        )
+    report = program.report.to_dict()
+    table, plot = write_outputs(
+        run_dir, [report], title=f"{settings.domain}: {settings.method}, seed {settings.seed}"
+    )
+    print_phases(console, report)
+    print_summary(console, [report])
+    console.print(f"wrote {table} and {plot}")
+    return report
+
+
+def run(args: argparse.Namespace) -> int:
+    settings, run_dir = resolve(args)
+    data = load_data(settings)
+    with served(make_backend(settings, run_dir)) as backend:
+        execute(settings, run_dir, backend, data)
+    return 0

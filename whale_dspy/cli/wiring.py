@@ -1,0 +1,222 @@
+"""Builds a run from CLI settings: domain data, seed harness, server, trainer, phases, optimizer.
+
+This is the one place that knows every package (domains, harness programs,
+backends, optimizers). `RunSettings` is recorded in the run's config.json, so
+`whale run --resume DIR` rebuilds exactly the same run from the directory alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import dspy
+
+from whale_dspy.errors import ConfigError
+from whale_dspy.harness import HarnessProgram, HarnessSource
+from whale_dspy.protocols import Domain, InferenceBackend
+from whale_dspy.rundir import RunDir
+
+PRESETS = ("cpu", "gpu")
+DATA_SEED = 0
+"""Task subsampling does not follow --seed: every method and seed sees the same tasks."""
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """Everything `whale run` was asked for; one run directory holds exactly one of these."""
+
+    domain: str
+    method: str = "whale"
+    schedule: str = "fixed:0.6,6"
+    budget: int = 2000
+    model: str = "smollm2-135m"
+    seed: int = 0
+    eval_every: int | None = None
+    eval_k: int = 8
+    proposer: str = "mutation"
+    preset: str = "cpu"
+    weight_share: float | None = None
+    train_limit: int | None = None
+    search_limit: int | None = None
+    test_limit: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.preset not in PRESETS:
+            raise ConfigError(f"unknown preset {self.preset!r}; valid presets are {', '.join(PRESETS)}")
+
+    @property
+    def every(self) -> int:
+        """Test evaluations every this many rollouts (default: ten points over the budget)."""
+        return self.eval_every or max(1, self.budget // 10)
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> RunSettings:
+        return cls(
+            **{f.name: getattr(args, f.name) for f in fields(cls) if getattr(args, f.name, None) is not None}
+        )
+
+    @classmethod
+    def from_run(cls, run_dir: Path) -> RunSettings:
+        config = RunDir(run_dir).config()
+        if not config or "cli" not in config:
+            raise ConfigError(f"{run_dir} holds no `whale run` (no config.json with its settings)")
+        return cls(**config["cli"])
+
+
+def add_run_arguments(parser: argparse.ArgumentParser, *, method: bool = True) -> None:
+    """The options `run` and `compare` share (defaults live in RunSettings)."""
+    from optimizers.methods import METHODS
+
+    parser.add_argument("--domain", help="task family (chess, math, math500, search, squad)")
+    if method:
+        parser.add_argument("--method", choices=tuple(METHODS), help="whale or a baseline (default whale)")
+    parser.add_argument("--schedule", help="fixed:E,I or patience:key=value,... (default fixed:0.6,6)")
+    parser.add_argument("--budget", type=int, help="optimization rollouts (default 2000)")
+    parser.add_argument("--model", help="embedded model name, local folder or hub id (default smollm2-135m)")
+    parser.add_argument("--eval-every", dest="eval_every", type=int, help="rollouts between test evaluations")
+    parser.add_argument("--eval-k", dest="eval_k", type=int, help="samples per test task (default 8)")
+    parser.add_argument("--proposer", help="harness proposer: mutation, lm:MODEL, agent:MODEL, command:CMD")
+    parser.add_argument("--preset", choices=PRESETS, help="phase sizes for the embedded CPU model or a GPU")
+    parser.add_argument(
+        "--weight-share", dest="weight_share", type=float, help="stagewise: weight budget share"
+    )
+    for split in ("train", "search", "test"):
+        parser.add_argument(
+            f"--{split}-limit", dest=f"{split}_limit", type=int, help=f"at most N {split} tasks"
+        )
+
+
+@dataclass(frozen=True)
+class RunData:
+    domain: Domain
+    seed_harness: HarnessSource
+    trainset: list[dspy.Example]
+    searchset: list[dspy.Example]
+    testset: list[dspy.Example]
+
+
+def load_data(settings: RunSettings) -> RunData:
+    from domains import get_domain
+    from harness_programs import seed_harness_path
+
+    domain = get_domain(settings.domain)
+    return RunData(
+        domain=domain,
+        seed_harness=HarnessSource.from_path(seed_harness_path(settings.domain)),
+        trainset=domain.load("train", settings.train_limit, DATA_SEED),
+        searchset=domain.load("search", settings.search_limit, DATA_SEED),
+        testset=domain.load("test", settings.test_limit, DATA_SEED),
+    )
+
+
+def make_backend(settings: RunSettings, log_dir: Path) -> InferenceBackend:
+    from whale_dspy.backends import embedded_server
+
+    log_dir.mkdir(parents=True, exist_ok=True)
+    return embedded_server(settings.model, run_dir=log_dir)
+
+
+def student_of(data: RunData, backend: InferenceBackend) -> HarnessProgram:
+    return HarnessProgram(data.seed_harness, data.domain.signature, data.domain.tools, lm=backend.lm())
+
+
+class RFTPhase:
+    """RejectionSamplingFinetune seen as the engine's weight phase, plus its per-step rollout bound."""
+
+    def __init__(self, rft: Any):
+        self.rft = rft
+
+    def epoch(self, trainset: Sequence[dspy.Example]) -> Any:
+        return self.rft.epoch(trainset)
+
+    def rollouts_per_step(self, trainset: Sequence[dspy.Example]) -> int:
+        return self.rft.config.batch_size * self.rft.config.k
+
+    def steps(self, program: HarnessProgram, trainset: Sequence[dspy.Example], **position: Any) -> Iterator:
+        return self.rft.steps(program, trainset, **position)
+
+
+class MetaHarnessPhase:
+    """MetaHarness seen as the engine's harness phase: a fresh archive per phase, and its rollout bound.
+
+    A candidate costs its smoke rollouts plus tasks x rollouts_per_task; iteration 0 has one candidate.
+    """
+
+    def __init__(self, meta: Any):
+        self.meta = meta
+
+    def rollouts_per_iteration(self, searchset: Sequence[dspy.Example], iteration: int) -> int:
+        config = self.meta.config
+        per_candidate = config.smoke_tasks + min(config.tasks, len(searchset)) * config.rollouts_per_task
+        return per_candidate * (1 if iteration == 0 else config.candidates)
+
+    def iterations(
+        self, program: HarnessProgram, searchset: Sequence[dspy.Example], *, archive_dir: Path
+    ) -> Iterator:
+        phase = copy.copy(self.meta)
+        phase.archive_dir = Path(archive_dir)
+        return phase.iterations(program, searchset)
+
+
+def make_phases(settings: RunSettings, backend: InferenceBackend, metric: Callable, run_dir: Path) -> tuple:
+    """(weight phase, harness phase, their configs) sized by the preset."""
+    from optimizers.meta_harness import MetaHarness, MetaHarnessConfig
+    from optimizers.methods import get_method
+    from optimizers.proposers import proposer_from_spec
+    from optimizers.rft import RejectionSamplingFinetune
+    from optimizers.rft_config import RFTConfig
+    from whale_dspy.training.lora_trainer import LoraTrainer
+
+    prompt_only = get_method(settings.method).prompt_only
+    tag = f"{settings.method}-{settings.seed}"  # runs sharing one server (compare) never share a name
+    if settings.preset == "gpu":
+        rft_config = RFTConfig.gpu_2b(seed=settings.seed, run_tag=tag)
+        meta_config = MetaHarnessConfig(seed=settings.seed, prompt_only=prompt_only, threads=64)
+    else:
+        rft_config = RFTConfig.cpu_embedded(seed=settings.seed, run_tag=tag)
+        meta_config = MetaHarnessConfig(tasks=8, seed=settings.seed, prompt_only=prompt_only)
+    rft = RejectionSamplingFinetune(
+        backend=backend,
+        trainer=LoraTrainer(rft_config.training),
+        metric=metric,
+        config=rft_config,
+        run_dir=RunDir(run_dir),
+    )
+    proposer = proposer_from_spec(settings.proposer, seed=settings.seed, prompt_only=prompt_only)
+    meta = MetaHarness(proposer=proposer, metric=metric, archive_dir=run_dir / "harness", config=meta_config)
+    configs = {"rft": rft_config.to_dict(), "meta_harness": asdict(meta_config)}
+    return RFTPhase(rft), MetaHarnessPhase(meta), configs
+
+
+def make_optimizer(
+    settings: RunSettings,
+    run_dir: Path,
+    backend: InferenceBackend,
+    data: RunData,
+    on_event: Callable[[dict[str, Any]], None] | None = None,
+) -> Any:
+    from optimizers.methods import get_method
+    from optimizers.schedules import parse_schedule
+    from optimizers.whale import WhaleOptimizer
+
+    method = get_method(settings.method, weight_share=settings.weight_share)
+    weight, harness, configs = make_phases(settings, backend, data.domain.metric, run_dir)
+    return WhaleOptimizer(
+        backend=backend,
+        metric=data.domain.metric,
+        schedule=parse_schedule(settings.schedule),
+        budget=settings.budget,
+        run_dir=run_dir,
+        eval_every=settings.every,
+        eval_k=settings.eval_k,
+        weight_phase=weight,
+        harness_phase=harness,
+        method=method,
+        config={"cli": asdict(settings), **configs},
+        on_event=on_event,
+    )

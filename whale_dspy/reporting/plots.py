@@ -1,0 +1,60 @@
+"""Accuracy against rollouts, one line per method (mean over seeds), with a band."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def step_values(curve: Sequence[dict[str, Any]], grid: np.ndarray, key: str) -> np.ndarray:
+    """A run's value at each grid point: its latest evaluation at or before it (a run holds its program)."""
+    xs = np.array([p["rollouts"] for p in curve])
+    ys = np.array([p[key] for p in curve])
+    index = np.searchsorted(xs, grid, side="right") - 1
+    return np.where(index >= 0, ys[np.clip(index, 0, None)], np.nan)
+
+
+def method_curve(runs: Sequence[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(grid, mean, low, high): mean over seeds; band = seeds' min-max, or the CI for one seed."""
+    curves = [r["curve"] for r in runs if r["curve"]]
+    grid = np.unique(np.concatenate([[p["rollouts"] for p in c] for c in curves]))
+    means = np.vstack([step_values(c, grid, "mean_at_k") for c in curves])
+    if len(curves) == 1:
+        low, high = step_values(curves[0], grid, "ci_low"), step_values(curves[0], grid, "ci_high")
+    else:
+        low, high = np.nanmin(means, axis=0), np.nanmax(means, axis=0)
+    return grid, np.nanmean(means, axis=0), low, high
+
+
+def plot_curves(reports: Sequence[dict[str, Any]], path: Path, *, title: str = "") -> Path:
+    """Write a PNG of test mean@k against optimization rollouts for every method in `reports`."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    by_method: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for report in reports:
+        by_method[report["method"]].append(report)
+    figure, axes = plt.subplots(figsize=(7, 4.5))
+    for method, runs in by_method.items():
+        if not any(r["curve"] for r in runs):
+            continue
+        grid, mean, low, high = method_curve(runs)
+        axes.step(grid, mean, where="post", marker="o", markersize=3, label=f"{method} (n={len(runs)})")
+        axes.fill_between(grid, low, high, step="post", alpha=0.2)
+    k = next((r["curve"][0]["k"] for r in reports if r["curve"]), None)
+    axes.set_xlabel("optimization rollouts (weight + harness phases)")
+    axes.set_ylabel(f"test mean@{k}" if k else "test mean@k")
+    axes.set_title(title or "accuracy against rollouts")
+    axes.grid(alpha=0.3)
+    axes.legend()
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return path

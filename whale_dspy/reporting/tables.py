@@ -1,0 +1,93 @@
+"""Per-method summaries over seeds and the Markdown comparison table."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Score:
+    """A mean@k averaged over seeds, with the seeds' bootstrap CI bounds averaged and their spread."""
+
+    mean: float
+    ci_low: float
+    ci_high: float
+    seed_std: float
+
+    def cell(self) -> str:
+        spread = f" ±{self.seed_std:.3f} (seeds)" if self.seed_std else ""
+        return f"{self.mean:.3f} [{self.ci_low:.3f}, {self.ci_high:.3f}]{spread}"
+
+
+@dataclass(frozen=True)
+class MethodSummary:
+    method: str
+    seeds: int
+    best: Score | None
+    final: Score | None
+    rollouts: float
+    eval_rollouts: float
+    proposer_tokens: float
+    train_seconds: float
+    wall_seconds: float
+
+
+def _score(points: Sequence[dict[str, Any] | None]) -> Score | None:
+    points = [p for p in points if p]
+    if not points:
+        return None
+    means = [p["mean_at_k"] for p in points]
+    return Score(
+        mean=float(np.mean(means)),
+        ci_low=float(np.mean([p["ci_low"] for p in points])),
+        ci_high=float(np.mean([p["ci_high"] for p in points])),
+        seed_std=float(np.std(means, ddof=1)) if len(means) > 1 else 0.0,
+    )
+
+
+def summarize_methods(reports: Sequence[dict[str, Any]]) -> list[MethodSummary]:
+    """One summary per method (in first-seen order), averaged over its runs (seeds)."""
+    by_method: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for report in reports:
+        by_method[report["method"]].append(report)
+    return [
+        MethodSummary(
+            method=method,
+            seeds=len(runs),
+            best=_score([r["best"] for r in runs]),
+            final=_score([r["final"] for r in runs]),
+            rollouts=float(np.mean([r["spend"]["rollouts"] for r in runs])),
+            eval_rollouts=float(np.mean([r["spend"]["eval_rollouts"] for r in runs])),
+            proposer_tokens=float(np.mean([r["spend"]["proposer_tokens"] for r in runs])),
+            train_seconds=float(np.mean([r["spend"]["weight_seconds"] for r in runs])),
+            wall_seconds=float(np.mean([r["spend"]["wall_seconds"] for r in runs])),
+        )
+        for method, runs in by_method.items()
+    ]
+
+
+def markdown_table(
+    summaries: Sequence[MethodSummary], *, k: int | None = None, budget: int | None = None
+) -> str:
+    """The comparison table: best and final mean@k with 95% bootstrap CIs (means over seeds)."""
+    at = f"mean@{k}" if k else "mean@k"
+    header = (
+        f"| method | seeds | best {at} [95% CI] | final {at} [95% CI] | rollouts | test rollouts "
+        "| proposer tokens | weight-phase s | wall s |"
+    )
+    rows = [header, "|" + "---|" * 9]
+    for s in summaries:
+        best = s.best.cell() if s.best else "n/a"
+        final = s.final.cell() if s.final else "n/a"
+        rows.append(
+            f"| {s.method} | {s.seeds} | {best} | {final} | {s.rollouts:.0f} | {s.eval_rollouts:.0f} "
+            f"| {s.proposer_tokens:.0f} | {s.train_seconds:.1f} | {s.wall_seconds:.1f} |"
+        )
+    note = f"\nBudget: {budget} rollouts per run. " if budget else "\n"
+    note += "CIs: bootstrap over test tasks, averaged over seeds; ± is the spread over seeds.\n"
+    return "\n".join(rows) + "\n" + note
