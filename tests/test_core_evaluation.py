@@ -133,8 +133,9 @@ def test_harness_sources_that_do_not_parse_or_lack_build_are_refused():
         HarnessProgram(HarnessSource("bad", "def build(:\n"), sig)
     with pytest.raises(HarnessError, match="defines no top-level"):
         HarnessProgram(HarnessSource("nobuild", "x = 1\n"), sig)
+    lazy = HarnessProgram(HarnessSource("raises", "raise ValueError('x')\ndef build(s, t):\n    pass\n"), sig)
     with pytest.raises(HarnessError, match="failed to load"):
-        HarnessProgram(HarnessSource("raises", "raise ValueError('x')\ndef build(s, t):\n    pass\n"), sig)
+        lazy.build_for(dspy.Example())
 
 
 def test_program_is_a_dspy_module_and_with_lm_never_mutates(program):

@@ -120,13 +120,21 @@ class HarnessProgram(dspy.Module):
         self.tools_factory = tools_factory or (lambda example: {})
         self.bound_lm = lm
         self.adapter_name = adapter_name
-        self._build = load_build(source)
+        check_syntax(source)
+        self._build: Callable[..., dspy.Module] | None = None
+
+    def load(self) -> Callable[..., dspy.Module]:
+        """Execute the harness module on first use only: a sandboxed evaluator never runs it here."""
+        if self._build is None:
+            self._build = load_build(self.source)
+        return self._build
 
     def build_for(self, example: dspy.Example, tools: Tools | None = None) -> dspy.Module:
         """A fresh inner program wired to this task's tools."""
         tools = self.tools_factory(example) if tools is None else tools
+        build = self.load()
         try:
-            return self._build(self.signature, tools)
+            return build(self.signature, tools)
         except Exception as error:
             raise HarnessError(
                 f"harness {self.source.name}: build() failed: {type(error).__name__}: {error}"

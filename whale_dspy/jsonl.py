@@ -17,6 +17,8 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 _append_lock = threading.Lock()
+_UMASK = os.umask(0)
+os.umask(_UMASK)
 
 
 def to_jsonable(value: Any) -> Any:
@@ -56,6 +58,7 @@ def atomic_write_text(path: Path, text: str) -> None:
     """Write via a temporary file and rename, so readers see the old or the new file, never half."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp's 0600 would hide run records from other users
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)

@@ -1,0 +1,231 @@
+"""The Meta-Harness archive on disk: every candidate's code, scores, cost and raw traces.
+
+People and proposers read the same files, so the layout is plain:
+
+    <archive>/c0007/harness.py     the candidate's source
+    <archive>/c0007/meta.json      name, parent, hypothesis, iteration, status, scores, cost
+    <archive>/c0007/traces.jsonl   full rollout traces (smoke_traces.jsonl for the smoke run)
+    <archive>/c0007/diff.patch     unified diff against its parent
+    <archive>/archive.jsonl        one summary line per candidate (appended, flushed)
+    <archive>/iterations.jsonl     one line per finished iteration (resume replays it)
+    <archive>/frontier.json        Pareto frontier of accuracy against tokens per rollout
+
+A candidate is written into a hidden staging folder and renamed into place, so
+a crash never leaves a half candidate; reopening drops stale staging folders and
+reloads every committed candidate without re-evaluating it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import logging
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from whale_dspy.harness import HarnessSource
+from whale_dspy.jsonl import append_jsonl, atomic_write_json, atomic_write_text, read_jsonl
+from whale_dspy.records import Rollout
+
+log = logging.getLogger(__name__)
+
+STATUSES = ("valid", "invalid", "duplicate")
+HARNESS_FILE, META_FILE, TRACES_FILE, SMOKE_FILE, DIFF_FILE = (
+    "harness.py",
+    "meta.json",
+    "traces.jsonl",
+    "smoke_traces.jsonl",
+    "diff.patch",
+)
+SUMMARY_FILE, ITERATIONS_FILE, FRONTIER_FILE = "archive.jsonl", "iterations.jsonl", "frontier.json"
+STAGING_PREFIX = ".staging-"
+
+
+@dataclass(frozen=True)
+class CandidateScores:
+    mean: float = 0.0
+    per_task: dict[str, float] = field(default_factory=dict)
+    pass_rate: float = 0.0
+    parse_rate: float = 0.0
+
+
+@dataclass(frozen=True)
+class CandidateCost:
+    rollouts: int = 0
+    lm_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    mean_turns: float = 0.0
+    seconds: float = 0.0
+
+    @property
+    def tokens_per_rollout(self) -> float:
+        return (self.prompt_tokens + self.completion_tokens) / self.rollouts if self.rollouts else 0.0
+
+
+@dataclass(frozen=True)
+class CandidateMeta:
+    """What the archive knows about one candidate; `stage` names where an invalid one failed."""
+
+    name: str
+    iteration: int
+    parent: str | None
+    hypothesis: str
+    proposer: str
+    digest: str
+    status: str
+    stage: str | None = None
+    error: str | None = None
+    scores: CandidateScores = field(default_factory=CandidateScores)
+    cost: CandidateCost = field(default_factory=CandidateCost)
+
+    @property
+    def valid(self) -> bool:
+        return self.status == "valid"
+
+    @property
+    def rank_key(self) -> tuple[float, float, float]:
+        """Higher is better: score first, then fewer turns, then fewer tokens per rollout."""
+        return (self.scores.mean, -self.cost.mean_turns, -self.cost.tokens_per_rollout)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CandidateMeta:
+        return cls(
+            **{
+                **data,
+                "scores": CandidateScores(**data.get("scores", {})),
+                "cost": CandidateCost(**data.get("cost", {})),
+            }
+        )
+
+
+def pareto_frontier(metas: list[CandidateMeta]) -> list[CandidateMeta]:
+    """Valid candidates that no other beats on both accuracy (up) and tokens per rollout (down)."""
+    frontier: list[CandidateMeta] = []
+    for meta in sorted(
+        (m for m in metas if m.valid), key=lambda m: (m.cost.tokens_per_rollout, -m.scores.mean)
+    ):
+        if not frontier or meta.scores.mean > frontier[-1].scores.mean:
+            frontier.append(meta)
+    return frontier
+
+
+class HarnessArchive:
+    """Candidates of one harness phase, in the order they were archived."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        self._metas: dict[str, CandidateMeta] = {}
+        self._reload()
+
+    def _reload(self) -> None:
+        for stale in self.path.glob(f"{STAGING_PREFIX}*"):
+            log.warning("archive %s: dropping unfinished candidate %s", self.path, stale.name)
+            shutil.rmtree(stale, ignore_errors=True)
+        for meta_path in sorted(self.path.glob(f"c*/{META_FILE}")):
+            meta = CandidateMeta.from_dict(json.loads(meta_path.read_text()))
+            self._metas[meta.name] = meta
+        summarized = {record["name"] for record in read_jsonl(self.path / SUMMARY_FILE)}
+        for name in self._metas.keys() - summarized:  # committed but not summarized before a crash
+            append_jsonl(self.path / SUMMARY_FILE, self._metas[name].to_dict())
+
+    # -- reading ---------------------------------------------------------------------------
+
+    @property
+    def candidates(self) -> list[CandidateMeta]:
+        return list(self._metas.values())
+
+    def __len__(self) -> int:
+        return len(self._metas)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._metas
+
+    def get(self, name: str) -> CandidateMeta:
+        return self._metas[name]
+
+    def folder(self, name: str) -> Path:
+        return self.path / name
+
+    def source(self, name: str) -> HarnessSource:
+        meta = self._metas[name]
+        code = (self.folder(name) / HARNESS_FILE).read_text()
+        return HarnessSource(name=name, code=code, parent=meta.parent, hypothesis=meta.hypothesis)
+
+    def traces(self, name: str) -> list[Rollout]:
+        folder = self.folder(name)
+        path = folder / TRACES_FILE if (folder / TRACES_FILE).exists() else folder / SMOKE_FILE
+        return [Rollout.from_dict(record) for record in read_jsonl(path)]
+
+    def best(self, n: int = 1) -> list[CandidateMeta]:
+        """The n best valid candidates (ties: fewer turns, fewer tokens, then archived first)."""
+        order = {name: index for index, name in enumerate(self._metas)}
+        valid = [m for m in self._metas.values() if m.valid]
+        return sorted(valid, key=lambda m: (tuple(-x for x in m.rank_key), order[m.name]))[:n]
+
+    def parents(self, n: int = 1) -> list[CandidateMeta]:
+        """The best n valid candidates, or the first one (h0) while none is valid: a fix may start there."""
+        return self.best(n) or self.candidates[:1]
+
+    def find_digest(self, digest: str) -> CandidateMeta | None:
+        return next((m for m in self._metas.values() if m.digest == digest and m.status != "duplicate"), None)
+
+    def iteration_records(self) -> list[dict[str, Any]]:
+        return list(read_jsonl(self.path / ITERATIONS_FILE))
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def next_name(self) -> str:
+        return f"c{len(self._metas):04d}"
+
+    def staging(self, name: str) -> Path:
+        """A hidden folder the evaluation writes traces into before the candidate is committed."""
+        folder = self.path / f"{STAGING_PREFIX}{name}"
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
+
+    def commit(self, source: HarnessSource, meta: CandidateMeta) -> None:
+        """Write the candidate's files into its staging folder, then rename it into place."""
+        if meta.name in self._metas:
+            raise ValueError(f"candidate {meta.name} is already archived")
+        staging = self.staging(meta.name)
+        atomic_write_text(staging / HARNESS_FILE, source.code)
+        if meta.parent in self._metas:
+            atomic_write_text(staging / DIFF_FILE, self.diff(meta.parent, source.code, meta.name))
+        atomic_write_json(staging / META_FILE, meta.to_dict())
+        staging.rename(self.folder(meta.name))
+        self._metas[meta.name] = meta
+        append_jsonl(self.path / SUMMARY_FILE, meta.to_dict())
+        atomic_write_json(self.path / FRONTIER_FILE, [self._frontier_row(m) for m in self.frontier()])
+
+    def record_iteration(self, record: dict[str, Any]) -> None:
+        append_jsonl(self.path / ITERATIONS_FILE, record)
+
+    def diff(self, parent: str, code: str, name: str) -> str:
+        parent_code = (self.folder(parent) / HARNESS_FILE).read_text()
+        lines = difflib.unified_diff(
+            parent_code.splitlines(keepends=True),
+            code.splitlines(keepends=True),
+            fromfile=f"{parent}/{HARNESS_FILE}",
+            tofile=f"{name}/{HARNESS_FILE}",
+        )
+        return "".join(lines)
+
+    def frontier(self) -> list[CandidateMeta]:
+        return pareto_frontier(self.candidates)
+
+    @staticmethod
+    def _frontier_row(meta: CandidateMeta) -> dict[str, Any]:
+        return {
+            "name": meta.name,
+            "mean": meta.scores.mean,
+            "tokens_per_rollout": meta.cost.tokens_per_rollout,
+            "mean_turns": meta.cost.mean_turns,
+            "hypothesis": meta.hypothesis,
+        }

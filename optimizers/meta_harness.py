@@ -1,0 +1,307 @@
+"""MetaHarness: the harness phase. Propose new harness code, validate it, score it, archive it.
+
+Meta-Harness (arXiv 2603.28052) searches over harness *code* with a proposer
+that reads an archive of every prior candidate's source, scores and raw
+traces. `iterations()` is the phase API the WHALE alternation drives (the
+caller decides when to stop); `compile()` runs the config's patience rule.
+
+Every candidate of a phase runs on the same search tasks with the same rollout
+ids (common random numbers), so score differences come from the code, not the
+draw; identical sources are deduplicated by digest instead of re-evaluated.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import fields, replace
+from pathlib import Path
+from typing import Any
+
+import dspy
+import numpy as np
+from dspy.teleprompt import Teleprompter
+
+from optimizers.archive import (
+    SMOKE_FILE,
+    TRACES_FILE,
+    CandidateCost,
+    CandidateMeta,
+    CandidateScores,
+    HarnessArchive,
+)
+from optimizers.harness_validation import CandidateRejected, check_smoke, check_static, run_with_timeout
+from optimizers.meta_harness_config import MetaHarnessConfig, MetaHarnessReport, stop_reason
+from optimizers.signals import HarnessIteration
+from whale_dspy.errors import ConfigError, HarnessError
+from whale_dspy.evaluation import EvalReport, InProcessEvaluator
+from whale_dspy.harness import HarnessProgram, HarnessSource, rename
+from whale_dspy.jsonl import read_jsonl
+from whale_dspy.protocols import CandidateEvaluator, HarnessProposer
+from whale_dspy.records import Rollout
+from whale_dspy.seeding import derive_seed
+
+log = logging.getLogger(__name__)
+
+ROOT = "c0000"
+"""The archive name of the incoming harness h0 (iteration 0)."""
+
+
+def _scores_and_cost(report: EvalReport, rollouts: list[Rollout], smoke: int) -> tuple:
+    per_task = {task: float(np.mean(scores)) for task, scores in report.per_task.items()}
+    solved = [max(scores) >= 1.0 for scores in report.per_task.values()]
+    scores = CandidateScores(
+        mean=report.mean_at_k,
+        per_task=per_task,
+        pass_rate=float(np.mean(solved)) if solved else 0.0,
+        parse_rate=report.parse_rate,
+    )
+    cost = CandidateCost(
+        rollouts=report.rollouts + smoke,
+        lm_calls=sum(r.turns for r in rollouts),
+        prompt_tokens=report.prompt_tokens,
+        completion_tokens=report.completion_tokens,
+        mean_turns=report.mean_turns,
+        seconds=report.seconds,
+    )
+    return scores, cost
+
+
+class MetaHarness(Teleprompter):
+    def __init__(
+        self,
+        *,
+        proposer: HarnessProposer,
+        metric: Callable[..., float],
+        archive_dir: str | Path,
+        config: MetaHarnessConfig | None = None,
+        lm: dspy.BaseLM | None = None,
+        evaluator: CandidateEvaluator | None = None,
+    ):
+        super().__init__()
+        self.proposer = proposer
+        self.metric = metric
+        self.archive_dir = Path(archive_dir)
+        self.config = config or MetaHarnessConfig()
+        self.lm = lm
+        self.evaluator = evaluator or InProcessEvaluator(threads=self.config.threads)
+        self.report: MetaHarnessReport | None = None
+
+    # -- compile: the patience rule over the phase ------------------------------------------
+
+    def compile(self, student: dspy.Module, *, trainset: list, valset: list | None = None, **_: Any):
+        """Search harnesses on `trainset` (the harness-search tasks); valset is not used here."""
+        history: list[HarnessIteration] = []
+        best, reason = None, "max_iterations"
+        for signal, program in self.iterations(student, trainset):
+            history.append(signal)
+            best = program
+            reason = stop_reason(history, self.config)
+            if reason:
+                break
+        archive = HarnessArchive(self.archive_dir)
+        winner = archive.best(1)
+        self.report = MetaHarnessReport(
+            iterations=tuple(history),
+            best=winner[0] if winner else None,
+            h0_score=archive.get(ROOT).scores.mean if ROOT in archive else 0.0,
+            archive_dir=str(self.archive_dir),
+            rollouts=sum(s.rollouts for s in history),
+            proposer_calls=sum(s.proposer_calls for s in history),
+            proposer_tokens=sum(s.proposer_tokens for s in history),
+            stopped=reason,
+        )
+        best.report = self.report
+        return best
+
+    # -- the phase API ----------------------------------------------------------------------
+
+    def iterations(
+        self, program: dspy.Module, searchset: Sequence[dspy.Example]
+    ) -> Iterator[tuple[HarnessIteration, HarnessProgram]]:
+        """Iteration 0 scores the incoming harness; each later one archives M new candidates.
+
+        Reopening an archive replays its recorded iterations (same signals, no
+        re-evaluation) and continues where it stopped.
+        """
+        student, lm, tasks = self._check_inputs(program, searchset)
+        archive = HarnessArchive(self.archive_dir)
+        self._check_root(archive, student.source)
+        records = archive.iteration_records()
+        for record in records:
+            yield self._signal_from_record(record), self._best_program(student, archive)
+        for iteration in itertools.count(len(records)):
+            started = time.perf_counter()
+            calls, tokens, failures = self._proposer_usage()
+            sources, error = self._sources(archive, student.source, iteration)
+            for source in sources:
+                self._add_candidate(archive, source, iteration, student, lm, tasks)
+            after_calls, after_tokens, after_failures = self._proposer_usage()
+            signal = self._signal(archive, iteration, after_calls - calls, after_tokens - tokens, started)
+            errors = [*after_failures[len(failures) :], *([error] if error else [])]
+            archive.record_iteration({**signal.to_dict(), "proposer_errors": errors})
+            yield signal, self._best_program(student, archive)
+
+    def _check_inputs(self, program: dspy.Module, searchset: Sequence[dspy.Example]):
+        if not isinstance(program, HarnessProgram):
+            raise ConfigError(
+                f"MetaHarness searches harness code: pass a HarnessProgram, not {type(program).__name__}"
+            )
+        lm = self.lm or program.bound_lm or dspy.settings.lm
+        if lm is None:
+            raise ConfigError("no LM: pass lm=, bind one to the program, or dspy.configure(lm=...)")
+        if len(searchset) < self.config.smoke_tasks or not searchset:
+            raise ConfigError(
+                f"need at least one search task and smoke_tasks={self.config.smoke_tasks}; "
+                f"got {len(searchset)}"
+            )
+        tasks = list(searchset)
+        if len(tasks) > self.config.tasks:
+            order = np.random.default_rng(self.config.seed).permutation(len(tasks))
+            tasks = [tasks[i] for i in sorted(order[: self.config.tasks])]
+        return program, lm, tasks
+
+    def _check_root(self, archive: HarnessArchive, source: HarnessSource) -> None:
+        if ROOT in archive and archive.get(ROOT).digest != source.digest:
+            raise ConfigError(
+                f"archive {archive.path} was started from another harness than {source.name!r}; "
+                "use a new archive directory for a new phase"
+            )
+
+    def _sources(
+        self, archive: HarnessArchive, root: HarnessSource, iteration: int
+    ) -> tuple[list[HarnessSource], str | None]:
+        """What this iteration evaluates; a proposer that raises yields an empty iteration."""
+        done = sum(1 for meta in archive.candidates if meta.iteration == iteration)
+        if iteration == 0:
+            return ([] if done else [root]), None
+        wanted = self.config.candidates - done
+        if wanted <= 0:
+            return [], None
+        try:
+            return list(self.proposer.propose(archive, wanted))[:wanted], None
+        except Exception as error:
+            log.exception("iteration %d: the proposer failed; the iteration is empty", iteration)
+            return [], f"{type(error).__name__}: {error}"
+
+    def _proposer_usage(self) -> tuple[int, int, list[str]]:
+        """Calls, tokens and recorded failures so far (proposers that keep no count report none)."""
+        proposer = self.proposer
+        failures = list(getattr(proposer, "failures", []))
+        return int(getattr(proposer, "calls", 0)), int(getattr(proposer, "tokens", 0)), failures
+
+    # -- one candidate ----------------------------------------------------------------------
+
+    def _add_candidate(self, archive, source, iteration, student, lm, tasks) -> CandidateMeta:
+        name = archive.next_name()
+        source = rename(source, name)
+        base = CandidateMeta(
+            name=name,
+            iteration=iteration,
+            parent=source.parent,
+            hypothesis=source.hypothesis or ("incoming harness" if iteration == 0 else ""),
+            proposer="incoming" if iteration == 0 else getattr(self.proposer, "label", "proposer"),
+            digest=source.digest,
+            status="valid",
+        )
+        duplicate = archive.find_digest(source.digest)
+        if duplicate is not None:
+            meta = replace(
+                base, status="duplicate", stage="duplicate", error=f"same code as {duplicate.name}"
+            )
+        else:
+            meta = self._validate_and_evaluate(archive, base, source, student, lm, tasks)
+        archive.commit(source, meta)
+        log.info("%s (%s): %s %.3f %s", name, meta.proposer, meta.status, meta.scores.mean, meta.error or "")
+        return meta
+
+    def _validate_and_evaluate(self, archive, base, source, student, lm, tasks) -> CandidateMeta:
+        staging = archive.staging(base.name)
+        try:
+            check_static(source, prompt_only_parent=self._prompt_parent(archive, source))
+            program = run_with_timeout(lambda: self._load(student, source), self.config.timeout_s, "load")
+            smoke = []
+            if self.config.smoke_tasks:
+                smoke = self._run(program, tasks[: self.config.smoke_tasks], lm, 1, staging / SMOKE_FILE)[1]
+            check_smoke(smoke)
+            report, rollouts = self._run(
+                program, tasks, lm, self.config.rollouts_per_task, staging / TRACES_FILE
+            )
+        except CandidateRejected as rejected:
+            spent = sum(len(list(read_jsonl(staging / f))) for f in (SMOKE_FILE, TRACES_FILE))
+            return replace(
+                base,
+                status="invalid",
+                stage=rejected.stage,
+                error=str(rejected),
+                cost=CandidateCost(rollouts=spent),
+            )
+        scores, cost = _scores_and_cost(report, rollouts, len(smoke))
+        return replace(base, scores=scores, cost=cost)
+
+    def _prompt_parent(self, archive: HarnessArchive, source: HarnessSource) -> str | None:
+        if not self.config.prompt_only or ROOT not in archive:
+            return None
+        parent = source.parent if source.parent in archive else ROOT
+        return archive.source(parent).code
+
+    @staticmethod
+    def _load(student: HarnessProgram, source: HarnessSource) -> HarnessProgram:
+        try:
+            return student.with_source(source)
+        except HarnessError as error:
+            raise CandidateRejected("load", str(error)) from error
+
+    def _run(self, program, examples, lm, k: int, trace_path: Path):
+        """One guarded evaluator call; the namespace is shared so candidates see the same draws."""
+
+        def call():
+            try:
+                return self.evaluator.evaluate(
+                    program,
+                    examples,
+                    metric=self.metric,
+                    lm=lm,
+                    k=k,
+                    namespace=f"meta-harness/{derive_seed(self.config.seed)}",
+                    trace_path=trace_path,
+                    temperature=self.config.temperature,
+                )
+            except Exception as error:
+                raise CandidateRejected("evaluation", f"{type(error).__name__}: {error}") from error
+
+        return run_with_timeout(call, self.config.timeout_s, f"evaluation of {program.source.name}")
+
+    # -- signals ----------------------------------------------------------------------------
+
+    def _signal(self, archive, iteration, calls, tokens, started) -> HarnessIteration:
+        metas = [m for m in archive.candidates if m.iteration == iteration]
+        valid = [m.scores.mean for m in metas if m.valid]
+        best = archive.best(1)
+        return HarnessIteration(
+            iteration=iteration,
+            best_name=best[0].name if best else ROOT,
+            best_score=best[0].scores.mean if best else 0.0,
+            iteration_best_score=max(valid, default=0.0),
+            candidates=len(metas),
+            valid=len(valid),
+            rollouts=sum(m.cost.rollouts for m in metas),
+            proposer_calls=calls,
+            proposer_tokens=tokens,
+            seconds=time.perf_counter() - started,
+        )
+
+    @staticmethod
+    def _signal_from_record(record: dict[str, Any]) -> HarnessIteration:
+        return HarnessIteration(**{f.name: record[f.name] for f in fields(HarnessIteration)})
+
+    @staticmethod
+    def _best_program(student: HarnessProgram, archive: HarnessArchive) -> HarnessProgram:
+        """The best valid candidate as a program (the incoming harness when none is valid)."""
+        best = archive.best(1)
+        return student.with_source(archive.source(best[0].name) if best else student.source)
+
+
+__all__ = ["ROOT", "MetaHarness", "MetaHarnessConfig", "MetaHarnessReport", "stop_reason"]

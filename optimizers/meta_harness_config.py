@@ -1,0 +1,79 @@
+"""MetaHarness's configuration, its report, and the patience rule compile() stops by."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from optimizers.archive import CandidateMeta
+from optimizers.signals import HarnessIteration
+from whale_dspy.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class MetaHarnessConfig:
+    """candidates: M per iteration (WHALE 3); tasks: search tasks per candidate; rollouts_per_task:
+    samples per task (WHALE 1); min_iterations/patience/max_iterations: compile's stopping rule
+    (WHALE 5/2/15); smoke_tasks: tasks a candidate must survive before its evaluation;
+    prompt_only: reject changes beyond prompt text; timeout_s: wall-clock guard per stage."""
+
+    candidates: int = 3
+    tasks: int = 20
+    rollouts_per_task: int = 1
+    min_iterations: int = 5
+    patience: int = 2
+    max_iterations: int = 15
+    smoke_tasks: int = 2
+    prompt_only: bool = False
+    seed: int = 0
+    threads: int = 8
+    temperature: float = 1.0
+    timeout_s: float = 600.0
+
+    def __post_init__(self) -> None:
+        positive = ("candidates", "tasks", "rollouts_per_task", "max_iterations", "threads")
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise ConfigError(f"MetaHarnessConfig.{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("min_iterations", "patience", "smoke_tasks"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"MetaHarnessConfig.{name} must be >= 0, got {getattr(self, name)}")
+        if self.min_iterations > self.max_iterations:
+            raise ConfigError(
+                f"min_iterations ({self.min_iterations}) must be <= max_iterations ({self.max_iterations})"
+            )
+        if self.smoke_tasks > self.tasks:
+            raise ConfigError(f"smoke_tasks ({self.smoke_tasks}) must be <= tasks ({self.tasks})")
+        if self.timeout_s <= 0 or self.temperature < 0:
+            raise ConfigError("timeout_s must be > 0 and temperature >= 0")
+
+
+@dataclass(frozen=True)
+class MetaHarnessReport:
+    """What one compile() did: per-iteration signals, the winner, and what it cost."""
+
+    iterations: tuple[HarnessIteration, ...]
+    best: CandidateMeta | None
+    h0_score: float
+    archive_dir: str
+    rollouts: int
+    proposer_calls: int
+    proposer_tokens: int
+    stopped: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def stop_reason(history: Sequence[HarnessIteration], config: MetaHarnessConfig) -> str | None:
+    """The patience rule: stop at max_iterations, or after min_iterations once the best score
+    has not improved for `patience` iterations. None means go on."""
+    last = history[-1]
+    if last.iteration >= config.max_iterations:
+        return "max_iterations"
+    best = max(signal.best_score for signal in history)
+    improved_at = next(signal.iteration for signal in history if signal.best_score >= best)
+    if last.iteration >= config.min_iterations and last.iteration - improved_at >= config.patience:
+        return "patience"
+    return None

@@ -1,0 +1,162 @@
+"""Harness building blocks that the mutation proposer copies, as source, into candidate harnesses.
+
+They are real Python here so they are linted and unit-tested; the mutation
+proposer copies a block's source (`inspect.getsource`) into the candidate, which
+must stay a standalone file. Each wrapper takes the program `build` made and
+runs it under one new mechanism. Blocks read their knob (VOTES, RETRIES,
+OUTPUT_ADAPTER) as a module-level constant of the harness they are copied into.
+"""
+
+from __future__ import annotations
+
+import collections
+import re
+from typing import Any
+
+import dspy
+
+VOTES = 5
+"""Samples the majority vote draws."""
+RETRIES = 2
+"""Extra attempts when the answer is empty or the validator rejects it."""
+OUTPUT_ADAPTER = "json"
+"""'json': dspy.JSONAdapter (vLLM constrains output to the signature's JSON schema); 'chat': ChatAdapter."""
+
+VALIDATOR_WORDS = ("verify", "check", "validate")
+REJECTION_WORDS = ("invalid", "illegal", "error", "false", "incorrect")
+
+
+def run_sample(inner: dspy.Module, inputs: dict[str, Any], index: int) -> dspy.Prediction:
+    """Run `inner` once under a distinct rollout id so DSPy's cache cannot repeat a sample.
+
+    The sample's LM calls are copied into the rollout LM's history, which is the
+    trace the optimizer records and trains on.
+    """
+    lm = dspy.settings.lm
+    if index == 0:
+        return inner(**inputs)
+    sample_lm = lm.copy(rollout_id=(lm.kwargs.get("rollout_id") or 0) * 1009 + index)
+    try:
+        with dspy.context(lm=sample_lm):
+            return inner(**inputs)
+    finally:
+        lm.history.extend(sample_lm.history)
+
+
+class MajorityVote(dspy.Module):
+    """Sample the harness VOTES times and keep the most common answer (self-consistency)."""
+
+    def __init__(self, inner: dspy.Module, signature: type[dspy.Signature]) -> None:
+        super().__init__()
+        self.inner = inner
+        self.output = next(iter(signature.output_fields))
+
+    def forward(self, **inputs: Any) -> dspy.Prediction:
+        predictions, failure = [], None
+        for index in range(VOTES):
+            try:
+                predictions.append(run_sample(self.inner, inputs, index))
+            except Exception as error:
+                failure = error
+        if not predictions:
+            raise failure or RuntimeError("no sample answered")
+        votes = collections.Counter(str(p.get(self.output, "")).strip() for p in predictions)
+        winner = votes.most_common(1)[0][0]
+        return next(p for p in predictions if str(p.get(self.output, "")).strip() == winner)
+
+
+class VerifyAndRetry(dspy.Module):
+    """Check the answer (with a validator tool when the harness has one) and retry when it fails."""
+
+    def __init__(self, inner: dspy.Module, signature: type[dspy.Signature], tools: dict[str, Any]) -> None:
+        super().__init__()
+        self.inner = inner
+        self.output = next(iter(signature.output_fields))
+        self.validator = next(
+            (tool for name, tool in tools.items() if any(w in name.lower() for w in VALIDATOR_WORDS)), None
+        )
+
+    def forward(self, **inputs: Any) -> dspy.Prediction:
+        prediction, failure = None, None
+        for attempt in range(RETRIES + 1):
+            try:
+                prediction = run_sample(self.inner, inputs, attempt)
+            except Exception as error:
+                failure = error
+                continue
+            if self.accepts(prediction.get(self.output)):
+                return prediction
+        if prediction is None:
+            raise failure or RuntimeError("no attempt answered")
+        return prediction
+
+    def accepts(self, answer: Any) -> bool:
+        if answer is None or not str(answer).strip():
+            return False
+        if self.validator is None:
+            return True
+        try:
+            verdict = self.validator(answer)
+        except Exception:
+            return False
+        if isinstance(verdict, bool):
+            return verdict
+        return not any(word in str(verdict).lower() for word in REJECTION_WORDS)
+
+
+def extract_answer(text: str) -> str | None:
+    """The text after the last 'answer' marker, else the last number, else the last non-empty line."""
+    marked = re.findall(r"answer\W*(?:is\b)?[\s:=#\]\"']*([^\n\"{}]+)", text, flags=re.IGNORECASE)
+    if marked and marked[-1].strip(" ."):
+        return marked[-1].strip(" .")
+    numbers = re.findall(r"-?\d[\d,]*(?:\.\d+)?", text)
+    if numbers:
+        return numbers[-1].replace(",", "")
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else None
+
+
+def last_completion() -> str:
+    """The raw text of the rollout LM's latest completion ('' when there is none)."""
+    history = dspy.settings.lm.history
+    outputs = (history[-1].get("outputs") or [""]) if history else [""]
+    first = outputs[0]
+    return (first.get("text") or "") if isinstance(first, dict) else str(first)
+
+
+class AnswerFallback(dspy.Module):
+    """When the harness raises (a parse failure) or leaves the answer empty, read it off the raw text."""
+
+    def __init__(self, inner: dspy.Module, signature: type[dspy.Signature]) -> None:
+        super().__init__()
+        self.inner = inner
+        self.output = next(iter(signature.output_fields))
+
+    def forward(self, **inputs: Any) -> dspy.Prediction:
+        try:
+            prediction = self.inner(**inputs)
+        except Exception as error:
+            prediction, failure = None, error
+        else:
+            if str(prediction.get(self.output, "") or "").strip():
+                return prediction
+            failure = None
+        answer = extract_answer(last_completion())
+        if answer is None:
+            if failure is not None:
+                raise failure
+            return prediction
+        return dspy.Prediction(**{self.output: answer})
+
+
+class UseAdapter(dspy.Module):
+    """Run the harness under the output adapter OUTPUT_ADAPTER names."""
+
+    def __init__(self, inner: dspy.Module) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, **inputs: Any) -> dspy.Prediction:
+        adapter = dspy.JSONAdapter() if OUTPUT_ADAPTER == "json" else dspy.ChatAdapter()
+        with dspy.context(adapter=adapter):
+            return self.inner(**inputs)

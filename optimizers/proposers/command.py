@@ -1,0 +1,112 @@
+"""CommandProposer: an external coding agent (Claude Code, Codex, any CLI) writes the harnesses.
+
+The agent runs in a COPY of the archive in a temporary folder, so it can read
+everything and break nothing; it gets a TASK.md saying what to write where, a
+timeout, and whatever it leaves in `new/*.py` becomes the candidates (with
+`new/<name>.txt` as the hypothesis when present).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import tempfile
+from pathlib import Path
+
+from optimizers.archive import HarnessArchive
+from optimizers.proposers.context import task_text
+from whale_dspy.errors import ConfigError
+from whale_dspy.harness import HarnessSource
+
+log = logging.getLogger(__name__)
+
+TASK_FILE = "TASK.md"
+NEW_DIR = "new"
+INSTRUCTIONS = """# Task
+
+{task}
+
+This folder is a copy of the harness archive: one folder per candidate with harness.py (source),
+meta.json (scores, cost, status, error), traces.jsonl (full rollout traces) and diff.patch
+(against its parent); archive.jsonl summarizes all candidates, frontier.json is the
+accuracy/cost frontier. The best candidate so far is {parent}.
+
+Write {k} new harness module(s) into `{new_dir}/` as `{new_dir}/<short_name>.py`, each a complete
+standalone module, and for each one a `{new_dir}/<short_name>.txt` whose first line is its
+hypothesis (the one new mechanism and why it should help). Optionally a line `parent: cNNNN` names
+the candidate it starts from (default {parent}). Do not modify anything else.
+"""
+
+
+class CommandProposer:
+    label = "command"
+
+    def __init__(self, command: str, *, timeout_s: float = 1800.0, prompt_only: bool = False):
+        if not command.strip():
+            raise ConfigError("CommandProposer needs a command line, e.g. \"claude -p 'read TASK.md'\"")
+        if timeout_s <= 0:
+            raise ConfigError(f"timeout_s must be > 0, got {timeout_s}")
+        self.command = command
+        self.timeout_s = timeout_s
+        self.prompt_only = prompt_only
+        self.calls = 0
+        self.tokens = 0
+        self.failures: list[str] = []
+
+    def propose(self, archive: HarnessArchive, k: int) -> list[HarnessSource]:
+        best = archive.parents(1)
+        parent = best[0].name if best else "c0000"
+        with tempfile.TemporaryDirectory(prefix="whale-proposer-") as tmp:
+            workdir = Path(tmp) / "archive"
+            shutil.copytree(archive.path, workdir, ignore=shutil.ignore_patterns(".staging-*"))
+            (workdir / NEW_DIR).mkdir()
+            task = task_text(self.prompt_only)
+            text = INSTRUCTIONS.format(task=task, parent=parent, k=k, new_dir=NEW_DIR)
+            (workdir / TASK_FILE).write_text(text)
+            self._run(workdir)
+            return self._collect(workdir / NEW_DIR, parent, archive)[:k]
+
+    def _run(self, workdir: Path) -> None:
+        """Run the command in its own process group, killed whole on timeout; failures are recorded."""
+        command = self.command.replace("{workdir}", shlex.quote(str(workdir)))
+        self.calls += 1
+        process = subprocess.Popen(
+            command,
+            shell=True,
+            cwd=workdir,
+            start_new_session=True,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            output, _ = process.communicate(timeout=self.timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            output, _ = process.communicate()
+            self._fail(f"timed out after {self.timeout_s:g} s", output)
+            return
+        if process.returncode != 0:
+            self._fail(f"exited with status {process.returncode}", output)
+
+    def _fail(self, what: str, output: str | None) -> None:
+        tail = (output or "")[-2000:]
+        log.warning("command proposer %s; output tail:\n%s", what, tail)
+        self.failures.append(f"{what}: {tail[-300:]}")
+
+    @staticmethod
+    def _collect(new_dir: Path, parent: str, archive: HarnessArchive) -> list[HarnessSource]:
+        sources = []
+        for path in sorted(new_dir.glob("*.py")):
+            notes = path.with_suffix(".txt")
+            lines = notes.read_text(errors="replace").splitlines() if notes.exists() else []
+            named = [line.split(":", 1)[1].strip() for line in lines if line.lower().startswith("parent:")]
+            own_parent = named[0] if named and named[0] in archive else parent
+            hypothesis = next((line for line in lines if not line.lower().startswith("parent:")), "")
+            code = path.read_text(errors="replace")
+            sources.append(HarnessSource(path.stem, code, own_parent, hypothesis.strip()))
+        return sources

@@ -1,0 +1,97 @@
+"""LMProposer: any model DSPy can call reads the archive and writes one new harness per request.
+
+The request carries the best candidates' code, every candidate's score and a
+sample of raw failing and succeeding traces. An LM error or timeout is retried;
+after the last retry the proposer returns fewer candidates and records why, so
+the iteration goes on (or is recorded as empty) instead of crashing the search.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import dspy
+
+from optimizers.archive import HarnessArchive
+from optimizers.proposers.context import archive_context, history_tokens, strip_code_fences, task_text
+from whale_dspy.errors import ConfigError
+from whale_dspy.harness import HarnessSource
+from whale_dspy.seeding import derive_seed
+
+log = logging.getLogger(__name__)
+
+
+class WriteHarness(dspy.Signature):
+    """Read the archive of harness candidates and write an improved harness with ONE new mechanism."""
+
+    task: str = dspy.InputField(desc="what a harness is and the rules a new one must follow")
+    archive: str = dspy.InputField(desc="all candidates' scores, the best ones' code and raw traces")
+    parent: str = dspy.InputField(desc="the candidate to start from")
+    hypothesis: str = dspy.OutputField(desc="the one new mechanism and why it should raise the score")
+    harness_code: str = dspy.OutputField(desc="the complete new harness module (Python source)")
+
+
+class LMProposer:
+    label = "lm"
+
+    def __init__(
+        self,
+        lm: dspy.BaseLM,
+        *,
+        retries: int = 2,
+        top: int = 3,
+        traces: int = 4,
+        prompt_only: bool = False,
+        seed: int = 0,
+        temperature: float = 1.0,
+    ):
+        if retries < 0 or top < 1 or traces < 0:
+            raise ConfigError("retries and traces must be >= 0 and top >= 1")
+        self.lm = lm
+        self.retries = retries
+        self.top = top
+        self.traces = traces
+        self.prompt_only = prompt_only
+        self.seed = seed
+        self.temperature = temperature
+        self.calls = 0
+        self.tokens = 0
+        self.failures: list[str] = []
+        self.write = dspy.Predict(WriteHarness)
+
+    def propose(self, archive: HarnessArchive, k: int) -> list[HarnessSource]:
+        best = archive.parents(1)
+        if not best:
+            return []
+        parent = best[0].name
+        inputs = self._inputs(archive, parent)
+        out = []
+        for index in range(k):
+            answer = self._ask(inputs, derive_seed("lm-proposer", self.seed, len(archive), index))
+            if answer is not None:
+                hypothesis, code = answer
+                out.append(HarnessSource(f"lm-{index}", strip_code_fences(code), parent, hypothesis.strip()))
+        return out
+
+    def _inputs(self, archive: HarnessArchive, parent: str) -> dict[str, str]:
+        context = archive_context(archive, top=self.top, traces=self.traces, seed=self.seed)
+        return {"task": task_text(self.prompt_only), "archive": context, "parent": parent}
+
+    def _ask(self, inputs: dict[str, str], rollout_id: int) -> tuple[str, str] | None:
+        """One candidate, retried on LM errors; None (recorded in `failures`) when every try failed."""
+        for attempt in range(self.retries + 1):
+            lm = self.lm.copy(rollout_id=rollout_id + attempt, temperature=self.temperature)
+            self.calls += 1
+            try:
+                with dspy.context(lm=lm):
+                    prediction = self.write(**inputs)
+                return prediction.hypothesis or "", prediction.harness_code or ""
+            except Exception as error:
+                log.warning(
+                    "LM proposer: attempt %d failed: %s: %s", attempt + 1, type(error).__name__, error
+                )
+                last = f"{type(error).__name__}: {error}"
+            finally:
+                self.tokens += history_tokens(lm.history)
+        self.failures.append(last)
+        return None

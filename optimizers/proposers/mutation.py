@@ -1,0 +1,67 @@
+"""MutationProposer: structural edits from a fixed catalogue, no LM needed.
+
+It picks a parent among the archive's best (seeded by the archive's size, so
+a resumed search draws the same edits) and applies one applicable edit. With
+no API key this is the search that runs, and it is the random-search baseline
+that LM proposers must beat. In prompt-only mode it uses only prompt edits.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+
+from optimizers.archive import HarnessArchive
+from optimizers.proposers.edits import EDITS, Edit
+from whale_dspy.errors import ConfigError
+from whale_dspy.harness import HarnessSource
+from whale_dspy.seeding import derive_seed
+
+log = logging.getLogger(__name__)
+
+ATTEMPTS_PER_CANDIDATE = 20
+
+
+class MutationProposer:
+    label = "mutation"
+
+    def __init__(
+        self,
+        seed: int = 0,
+        *,
+        prompt_only: bool = False,
+        parents: int = 3,
+        edits: tuple[Edit, ...] = EDITS,
+    ):
+        if parents < 1:
+            raise ConfigError(f"parents must be >= 1, got {parents}")
+        self.seed = seed
+        self.parents = parents
+        self.edits = tuple(edit for edit in edits if edit.prompt_only or not prompt_only)
+        if not self.edits:
+            raise ConfigError("no edit left: prompt-only mode needs at least one prompt edit")
+        self.calls = 0
+        self.tokens = 0
+
+    def propose(self, archive: HarnessArchive, k: int) -> list[HarnessSource]:
+        """Up to k new sources, each one edit away from one of the best candidates."""
+        rng = random.Random(derive_seed("mutation", self.seed, len(archive)))
+        parents = [archive.source(meta.name) for meta in archive.parents(self.parents)]
+        seen = {meta.digest for meta in archive.candidates}
+        out: list[HarnessSource] = []
+        for _ in range(k * ATTEMPTS_PER_CANDIDATE):
+            if len(out) == k or not parents:
+                break
+            parent, edit = rng.choice(parents), rng.choice(self.edits)
+            code = edit.apply(parent.code, rng)
+            if code is None:
+                continue
+            source = HarnessSource(
+                name=f"{parent.name}-{edit.name}", code=code, parent=parent.name, hypothesis=edit.hypothesis
+            )
+            if source.digest not in seen:
+                seen.add(source.digest)
+                out.append(source)
+        if len(out) < k:
+            log.info("mutation: %d of %d candidates (no other edit applies to the best parents)", len(out), k)
+        return out

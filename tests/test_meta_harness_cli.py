@@ -1,0 +1,50 @@
+"""`whale search` wiring: arguments checked before the server starts, then search + test on a fake backend."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+
+import pytest
+from rich.console import Console
+
+from whale_dspy.cli import search
+from whale_dspy.errors import ConfigError
+from whale_dspy.testing.fake_backend import FakeBackend
+from whale_dspy.testing.scripted_lm import ScriptedLM
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    search.register(parser.add_subparsers())
+    return parser.parse_args(["search", *argv])
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (("--domain", "math", "--proposer", "gpt"), "valid forms"),
+        (("--domain", "nope"), "valid domains"),
+        (("--domain", "math", "--iterations", "0"), "max_iterations"),
+        (("--domain", "math", "--harness", "nope_h0"), "valid names"),
+    ],
+)
+def test_bad_arguments_fail_before_any_server(argv, message):
+    with pytest.raises(ConfigError, match=message):
+        search.prepare(parse(*argv))
+
+
+def test_search_on_a_fake_backend_writes_archive_and_test_report(tmp_path):
+    argv = ("--domain", "math", "--tasks", "3", "--test-tasks", "2", "--iterations", "1", "--eval-k", "1")
+    args = parse(*argv, "--candidates", "2", "--threads", "2", "--run-dir", str(tmp_path))
+    setup = search.prepare(args)
+    assert setup["source"].name == "math_h0" and len(setup["searchset"]) == 3
+    out = io.StringIO()
+    backend = FakeBackend(ScriptedLM({"": {"reasoning": "add", "answer": "18"}}))
+    assert search.search(setup, backend, args, Console(file=out, width=150)) == 0
+    report = json.loads((tmp_path / "search_report.json").read_text())
+    assert [s["iteration"] for s in report["search"]["iterations"]] == [0, 1]
+    assert "h0" in report["test"] and report["test"]["h0"]["rollouts"] == 2
+    assert (tmp_path / "archive" / "c0000" / "harness.py").exists()
+    assert "Meta-Harness iterations" in out.getvalue() and "held-out test" in out.getvalue()

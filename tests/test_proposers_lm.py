@@ -1,0 +1,137 @@
+"""LM, agentic and command proposers, driven by a ScriptedLM or a shell command (no API key)."""
+
+from __future__ import annotations
+
+import itertools
+import sys
+
+import pytest
+from meta_harness_helpers import GOOD, TOY, archive_with, exact, lm, student, tasks
+
+from optimizers.archive import HarnessArchive
+from optimizers.meta_harness import MetaHarness, MetaHarnessConfig
+from optimizers.proposers import (
+    AgenticProposer,
+    ArchiveReader,
+    CommandProposer,
+    LMProposer,
+    MutationProposer,
+    proposer_from_spec,
+)
+from optimizers.proposers.context import strip_code_fences
+from whale_dspy.errors import ConfigError
+from whale_dspy.testing.scripted_lm import ScriptedLM
+
+WRITE = {"hypothesis": "answer every question", "harness_code": f"Here it is:\n```python\n{GOOD}```\nDone."}
+
+
+@pytest.fixture
+def archive(tmp_path):
+    return archive_with(tmp_path / "archive")
+
+
+def test_lm_proposer_reads_code_and_raw_traces_and_strips_fences(archive):
+    proposer = LMProposer(ScriptedLM({"Raw trace: task t1, score 0.0": WRITE}), traces=4)
+    proposed = proposer.propose(archive, 2)
+    assert [s.code for s in proposed] == [GOOD, GOOD]
+    assert proposed[0].parent == "c0000" and proposed[0].hypothesis == "answer every question"
+    assert proposer.calls == 2 and proposer.tokens > 0 and not proposer.failures
+
+
+def test_lm_proposer_prompt_holds_the_full_trace_messages(archive):
+    trace = archive.traces("c0000")[0]
+    prompt_piece = trace.lm_calls[0].completion.splitlines()[0]
+    proposer = LMProposer(ScriptedLM({prompt_piece: WRITE}))
+    assert proposer.propose(archive, 1)[0].code == GOOD
+
+
+def test_lm_proposer_retries_then_returns_fewer_and_records_why(archive):
+    proposer = LMProposer(ScriptedLM([WRITE]), retries=2)  # one reply: the second candidate fails
+    proposed = proposer.propose(archive, 2)
+    assert len(proposed) == 1 and proposer.calls == 1 + 3
+    assert len(proposer.failures) == 1 and "no scripted reply" in proposer.failures[0]
+
+
+def test_an_lm_that_always_fails_gives_empty_iterations(tmp_path):
+    proposer = LMProposer(ScriptedLM([]), retries=1)
+    config = MetaHarnessConfig(candidates=2, tasks=4, threads=2, timeout_s=30)
+    optimizer = MetaHarness(
+        proposer=proposer, metric=exact, archive_dir=tmp_path / "a", lm=lm(), config=config
+    )
+    signals = [s for s, _ in itertools.islice(optimizer.iterations(student(), tasks()), 3)]
+    assert [s.candidates for s in signals] == [1, 0, 0]
+    assert signals[1].proposer_calls == 4 and signals[2].best_name == "c0000"
+    records = HarnessArchive(tmp_path / "a").iteration_records()
+    assert len(records[1]["proposer_errors"]) == 2 and "no scripted reply" in records[1]["proposer_errors"][0]
+
+
+def test_strip_code_fences_takes_the_longest_block():
+    assert strip_code_fences("```\nx = 1\n```\n```python\nimport dspy\ny = 2\n```") == "import dspy\ny = 2\n"
+    assert strip_code_fences("x = 1") == "x = 1\n"
+
+
+def test_archive_reader_is_confined_and_read_only(archive):
+    reader = ArchiveReader(archive.path)
+    assert "c0000/" in reader.list_dir(".")
+    assert reader.read_file("c0000/harness.py") == TOY
+    assert "c0000/harness.py:" in reader.grep("MAX_TURNS")
+    for escape in ("../", "/etc/passwd", "c0000/../../x"):
+        with pytest.raises(PermissionError):
+            reader.read_file(escape)
+    assert not any(name.startswith(("write", "remove")) for name in dir(reader))
+
+
+def test_agentic_proposer_reads_before_writing(archive):
+    read = {
+        "next_thought": "read h0",
+        "next_tool_name": "read_file",
+        "next_tool_args": {"path": "c0000/harness.py"},
+    }
+    finish = {"next_thought": "done", "next_tool_name": "finish", "next_tool_args": {}}
+    # Only prompts that contain h0's code (which the agent must read first) get the final answers.
+    scripted = ScriptedLM(
+        {"Toy harness: answer only": [finish, {"reasoning": "answer all", **WRITE}], "": [read]}
+    )
+    proposer = AgenticProposer(scripted)
+    proposed = proposer.propose(archive, 1)
+    assert [s.code for s in proposed] == [GOOD]
+    assert proposer.calls == 1 and proposer.tokens > 0 and not proposer.failures
+
+
+def test_command_proposer_works_in_a_copy_and_collects_new_files(archive):
+    command = (
+        "cd {workdir} && test -f TASK.md && sed 's/no idea/unsure/' c0000/harness.py > new/unsure.py "
+        "&& printf 'say unsure\\nparent: c0000\\n' > new/unsure.txt && rm -rf c0000"
+    )
+    proposer = CommandProposer(command)
+    proposed = proposer.propose(archive, 3)
+    assert [(s.name, s.parent, s.hypothesis) for s in proposed] == [("unsure", "c0000", "say unsure")]
+    assert "unsure" in proposed[0].code and (archive.path / "c0000" / "harness.py").exists()
+
+
+def test_command_proposer_timeout_and_failure_are_recorded(archive):
+    slow = CommandProposer(f"{sys.executable} -c 'import time; time.sleep(30)'", timeout_s=0.5)
+    assert slow.propose(archive, 1) == [] and "timed out" in slow.failures[0]
+    failing = CommandProposer("echo boom; exit 3")
+    assert failing.propose(archive, 1) == [] and "status 3" in failing.failures[0]
+    assert "boom" in failing.failures[0]
+
+
+def test_proposer_from_spec():
+    made = []
+    assert isinstance(proposer_from_spec("mutation", seed=3), MutationProposer)
+    assert isinstance(proposer_from_spec("lm:openai/x", make_lm=lambda m: made.append(m) or lm()), LMProposer)
+    assert isinstance(
+        proposer_from_spec("agent:openai/y", make_lm=lambda m: made.append(m) or lm()), AgenticProposer
+    )
+    assert made == ["openai/x", "openai/y"]
+    assert proposer_from_spec("command:claude -p 'go'").command == "claude -p 'go'"
+    for bad in ("gpt", "lm:", "command:", "mutation:x"):
+        with pytest.raises(ConfigError, match="valid forms"):
+            proposer_from_spec(bad)
+
+
+def test_proposers_skip_an_empty_archive(tmp_path):
+    empty = HarnessArchive(tmp_path / "empty")
+    assert LMProposer(ScriptedLM([])).propose(empty, 2) == []
+    assert MutationProposer().propose(empty, 2) == []

@@ -1,0 +1,171 @@
+"""`whale search`: a Meta-Harness search on the embedded model, then best vs h0 on held-out tests.
+
+Everything that can be wrong with the arguments (domain, proposer, harness,
+config) is checked before the server starts. The archive lands in
+RUN_DIR/archive; RUN_DIR/search_report.json holds the search report and the
+test scores of h0 and of the best harness.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from whale_dspy.evaluation import evaluate
+from whale_dspy.harness import HarnessProgram, HarnessSource
+from whale_dspy.jsonl import atomic_write_json
+from whale_dspy.protocols import InferenceBackend
+
+DATA_SEED = 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "search", help="search harness code with Meta-Harness (harness phase only)"
+    )
+    parser.add_argument("--domain", required=True, help="chess, math, math500, search or squad")
+    parser.add_argument(
+        "--proposer", default="mutation", help="mutation, lm:MODEL, agent:MODEL, command:'CMD'"
+    )
+    parser.add_argument("--model", default="smollm2-135m", help="embedded model name, local folder or hub id")
+    parser.add_argument("--harness", default=None, help="seed harness name (math_h0) or a .py file")
+    parser.add_argument("--iterations", type=int, default=15, help="at most N iterations after h0")
+    parser.add_argument("--min-iterations", dest="min_iterations", type=int, default=None)
+    parser.add_argument("--patience", type=int, default=2, help="stop after N iterations without a gain")
+    parser.add_argument("--candidates", type=int, default=3, help="candidates per iteration (M)")
+    parser.add_argument("--tasks", type=int, default=8, help="harness-search tasks per candidate")
+    parser.add_argument("--test-tasks", dest="test_tasks", type=int, default=20, help="held-out test tasks")
+    parser.add_argument("--eval-k", dest="eval_k", type=int, default=4, help="samples per test task")
+    parser.add_argument("--prompt-only", dest="prompt_only", action="store_true", help="prompt edits only")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=8)
+    parser.add_argument("--run-dir", dest="run_dir", type=Path, default=None, help="default runs/search-...")
+    parser.set_defaults(func=run)
+
+
+def prepare(args: argparse.Namespace) -> dict[str, Any]:
+    """Domain, seed harness, tasks, proposer and config: every ConfigError before the server starts."""
+    from domains import get_domain
+    from harness_programs import seed_harness_path
+    from optimizers.meta_harness import MetaHarnessConfig
+    from optimizers.proposers import proposer_from_spec
+
+    domain = get_domain(args.domain)
+    given = Path(args.harness) if args.harness else None
+    path = given if given is not None and given.is_file() else seed_harness_path(args.harness or args.domain)
+    source = HarnessSource.from_path(path)
+    config = MetaHarnessConfig(
+        candidates=args.candidates,
+        tasks=args.tasks,
+        min_iterations=min(5, args.iterations) if args.min_iterations is None else args.min_iterations,
+        patience=args.patience,
+        max_iterations=args.iterations,
+        smoke_tasks=min(2, args.tasks),
+        prompt_only=args.prompt_only,
+        seed=args.seed,
+        threads=args.threads,
+    )
+    return {
+        "domain": domain,
+        "source": source,
+        "config": config,
+        "proposer": proposer_from_spec(args.proposer, seed=args.seed, prompt_only=args.prompt_only),
+        "searchset": domain.load("search", args.tasks, DATA_SEED),
+        "testset": domain.load("test", args.test_tasks, DATA_SEED),
+        "run_dir": args.run_dir or Path("runs") / f"search-{args.domain}-{time.strftime('%Y%m%d-%H%M%S')}",
+    }
+
+
+def iteration_table(report: Any) -> Table:
+    table = Table(title=f"Meta-Harness iterations (stopped: {report.stopped})")
+    for column in (
+        "iter",
+        "candidates",
+        "valid",
+        "iter best",
+        "best so far",
+        "best",
+        "rollouts",
+        "prop. tokens",
+    ):
+        table.add_column(column, justify="right")
+    for s in report.iterations:
+        table.add_row(
+            str(s.iteration),
+            str(s.candidates),
+            str(s.valid),
+            f"{s.iteration_best_score:.3f}",
+            f"{s.best_score:.3f}",
+            s.best_name,
+            str(s.rollouts),
+            str(s.proposer_tokens),
+        )
+    return table
+
+
+def test_table(results: dict[str, Any], k: int) -> Table:
+    table = Table(title=f"held-out test: mean@{k} (95% bootstrap CI over tasks)")
+    for column in ("harness", "mean@k", "CI", "pass@k", "parse rate", "turns", "tokens"):
+        table.add_column(column, justify="left" if column == "harness" else "right")
+    for name, r in results.items():
+        ci = f"[{r['ci_low']:.3f}, {r['ci_high']:.3f}]"
+        tokens = str(r["prompt_tokens"] + r["completion_tokens"])
+        cells = (
+            f"{r['mean_at_k']:.3f}",
+            ci,
+            f"{r['pass_at_k']:.3f}",
+            f"{r['parse_rate']:.2f}",
+            f"{r['mean_turns']:.1f}",
+        )
+        table.add_row(name, *cells, tokens)
+    return table
+
+
+def run(args: argparse.Namespace) -> int:
+    from whale_dspy.backends import embedded_server
+
+    setup = prepare(args)
+    setup["run_dir"].mkdir(parents=True, exist_ok=True)
+    # SIGTERM unwinds like Ctrl-C, so the server is stopped and the archive keeps what it finished.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    with embedded_server(args.model, run_dir=setup["run_dir"]) as server:
+        return search(setup, server, args, Console())
+
+
+def search(
+    setup: dict[str, Any], backend: InferenceBackend, args: argparse.Namespace, console: Console
+) -> int:
+    """Run the search on a started backend, then score h0 and the best harness on the test tasks."""
+    from optimizers.meta_harness import MetaHarness
+
+    domain, run_dir = setup["domain"], setup["run_dir"]
+    student = HarnessProgram(setup["source"], domain.signature, domain.tools, lm=backend.lm())
+    optimizer = MetaHarness(
+        proposer=setup["proposer"],
+        metric=domain.metric,
+        archive_dir=run_dir / "archive",
+        config=setup["config"],
+    )
+    best = optimizer.compile(student, trainset=setup["searchset"])
+    console.print(iteration_table(best.report))
+    programs = {"h0": student}
+    if best.source.digest != student.source.digest:
+        programs[f"best ({best.source.name})"] = best
+    results = {}
+    for label, program in programs.items():
+        report, _ = evaluate(
+            program, setup["testset"], metric=domain.metric, k=args.eval_k, threads=args.threads,
+            namespace="search-test", trace_path=run_dir / f"test_{label.split()[0]}.jsonl",
+        )  # fmt: skip
+        results[label] = {key: value for key, value in report.to_dict().items() if key != "per_task"}
+    console.print(test_table(results, args.eval_k))
+    atomic_write_json(run_dir / "search_report.json", {"search": asdict(best.report), "test": results})
+    console.print(f"archive: {run_dir / 'archive'}; report: {run_dir / 'search_report.json'}")
+    return 0
