@@ -50,7 +50,7 @@ from whale_dspy.rundir import RunDir
 
 log = logging.getLogger(__name__)
 
-TEST_NAMESPACE = "whale-test"
+EVAL_NAMESPACE = "whale"
 """One rollout-id namespace for every checkpoint's test evaluation: common random numbers."""
 
 
@@ -58,7 +58,8 @@ TEST_NAMESPACE = "whale-test"
 class _Data:
     trainset: Sequence[dspy.Example]
     searchset: Sequence[dspy.Example]
-    testset: Sequence[dspy.Example] | None
+    evalset: Sequence[dspy.Example] | None
+    eval_split: str
 
 
 class WhaleOptimizer(Teleprompter):
@@ -107,8 +108,12 @@ class WhaleOptimizer(Teleprompter):
         testset: Sequence[dspy.Example] | None = None,
         resume: bool = False,
     ) -> HarnessProgram:
-        """Run (or continue) the alternation until the budget is spent; `valset` is for studies only."""
-        data = self._check_data(student, trainset, searchset, testset)
+        """Run (or continue) the alternation until the budget is spent.
+
+        The periodic evaluations score `valset` when one is given (hyperparameter
+        studies select on it and never see the test split), else `testset`.
+        """
+        data = self._check_data(student, trainset, searchset, valset, testset)
         recorder = self._open(student, data, resume=resume)
         program = self._restore(student, recorder.run, recorder.state)
         self._evaluate(recorder, program, data, force=not recorder.state.curve)
@@ -121,7 +126,7 @@ class WhaleOptimizer(Teleprompter):
 
     # -- setup ---------------------------------------------------------------------------------
 
-    def _check_data(self, student: Any, trainset: Any, searchset: Any, testset: Any) -> _Data:
+    def _check_data(self, student: Any, trainset: Any, searchset: Any, valset: Any, testset: Any) -> _Data:
         if not isinstance(student, HarnessProgram):
             raise ConfigError(f"WhaleOptimizer needs a HarnessProgram student, got {type(student).__name__}")
         if WEIGHT in self.method.needs and not trainset:
@@ -130,7 +135,8 @@ class WhaleOptimizer(Teleprompter):
             raise ConfigError(
                 f"method {self.method.name!r} needs a non-empty searchset for the harness phase"
             )
-        return _Data(list(trainset or ()), list(searchset or ()), list(testset) if testset else None)
+        evalset, split = (valset, "val") if valset else (testset, "test")
+        return _Data(list(trainset or ()), list(searchset or ()), list(evalset) if evalset else None, split)
 
     def _config(self, student: HarnessProgram, data: _Data) -> dict[str, Any]:
         """What a resumed run must share with the original; RunDir refuses any difference."""
@@ -141,7 +147,11 @@ class WhaleOptimizer(Teleprompter):
             "eval_every": self.eval_every,
             "eval_k": self.eval_k,
             "student": {"name": student.source.name, "digest": student.source.digest},
-            "data": {name: _fingerprint(split) for name, split in vars(data).items()},
+            "data": {
+                "trainset": _fingerprint(data.trainset),
+                "searchset": _fingerprint(data.searchset),
+                data.eval_split + "set": _fingerprint(data.evalset),
+            },
             **self.extra_config,
         }
 
@@ -246,19 +256,19 @@ class WhaleOptimizer(Teleprompter):
         """Test mean@k at this many rollouts, when due; never charged to the optimization budget."""
         state = recorder.state
         spent = state.spend.rollouts
-        if data.testset is None or (not force and spent < state.next_eval):
+        if data.evalset is None or (not force and spent < state.next_eval):
             return
         if state.curve and state.curve[-1]["rollouts"] == spent:
             return
-        trace = recorder.run.subdir("evals") / f"test-{spent:08d}.jsonl"
+        trace = recorder.run.subdir("evals") / f"{data.eval_split}-{spent:08d}.jsonl"
         trace.unlink(missing_ok=True)  # an evaluation interrupted by a crash starts over
         result, _ = evaluate(
             program,
-            data.testset,
+            data.evalset,
             metric=self.metric,
             k=self.eval_k,
             threads=self.eval_threads,
-            namespace=TEST_NAMESPACE,
+            namespace=f"{EVAL_NAMESPACE}-{data.eval_split}",
             trace_path=trace,
         )
         recorder.record(
@@ -273,6 +283,8 @@ class WhaleOptimizer(Teleprompter):
             k=result.k,
             tasks=result.tasks,
             eval_rollouts=result.rollouts,
+            split=data.eval_split,
+            per_task=result.per_task,
             seconds=result.seconds,
             harness=program.source.name,
             adapter=program.adapter_name,

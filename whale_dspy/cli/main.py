@@ -11,13 +11,22 @@ import argparse
 import importlib
 import logging
 import os
+import signal
 import sys
 
 from whale_dspy.errors import WhaleError
 
 SUBCOMMANDS = (
     "whale_dspy.cli.serve",
+    "whale_dspy.cli.smoke",
     "whale_dspy.cli.eval",
+    "whale_dspy.cli.train",
+    "whale_dspy.cli.search",
+    "whale_dspy.cli.study",
+    "whale_dspy.cli.run",
+    "whale_dspy.cli.compare",
+    "whale_dspy.cli.report",
+    "whale_dspy.cli.transfer",
 )
 
 
@@ -41,6 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     _quiet_offline_defaults()
+    # SIGTERM (timeout, kill) unwinds like Ctrl-C, so every `with server:` stops its vLLM child.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     args = build_parser().parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,

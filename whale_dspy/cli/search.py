@@ -9,7 +9,6 @@ test scores of h0 and of the best harness.
 from __future__ import annotations
 
 import argparse
-import signal
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -133,8 +132,6 @@ def run(args: argparse.Namespace) -> int:
 
     setup = prepare(args)
     setup["run_dir"].mkdir(parents=True, exist_ok=True)
-    # SIGTERM unwinds like Ctrl-C, so the server is stopped and the archive keeps what it finished.
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
     with embedded_server(args.model, run_dir=setup["run_dir"]) as server:
         return search(setup, server, args, Console())
 

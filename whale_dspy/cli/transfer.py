@@ -51,7 +51,7 @@ def weights_of(spec: str, settings: RunSettings) -> tuple[str, AdapterRef | None
 
 
 def run(args: argparse.Namespace) -> int:
-    from optimizers.whale import TEST_NAMESPACE
+    from optimizers.whale import EVAL_NAMESPACE
     from optimizers.whale_report import load_report
 
     settings = RunSettings.from_run(args.run_dir)
@@ -65,7 +65,9 @@ def run(args: argparse.Namespace) -> int:
             backend.load_adapter(adapter)
         name = adapter.name if adapter else None
         program = student_of(data, backend).with_source(source).with_lm(backend.lm(name), adapter_name=name)
-        report, _ = evaluate(program, data.testset, metric=data.domain.metric, k=k, namespace=TEST_NAMESPACE)
+        report, _ = evaluate(
+            program, data.testset, metric=data.domain.metric, k=k, namespace=f"{EVAL_NAMESPACE}-test"
+        )
     result = {"harness": harness, "adapter": None if adapter is None else vars(adapter), **report.to_dict()}
     atomic_write_json(args.run_dir / "transfer" / f"{label}.json", result)
     Console().print(

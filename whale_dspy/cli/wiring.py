@@ -44,6 +44,8 @@ class RunSettings:
     train_limit: int | None = None
     search_limit: int | None = None
     test_limit: int | None = None
+    run_tag: str | None = None
+    """Adapter-name tag; defaults to method-seed. Runs sharing a server need distinct tags."""
 
     def __post_init__(self) -> None:
         if self.preset not in PRESETS:
@@ -173,7 +175,7 @@ def make_phases(settings: RunSettings, backend: InferenceBackend, metric: Callab
     from whale_dspy.training.lora_trainer import LoraTrainer
 
     prompt_only = get_method(settings.method).prompt_only
-    tag = f"{settings.method}-{settings.seed}"  # runs sharing one server (compare) never share a name
+    tag = settings.run_tag or f"{settings.method}-{settings.seed}"  # runs sharing a server never share names
     if settings.preset == "gpu":
         rft_config = RFTConfig.gpu_2b(seed=settings.seed, run_tag=tag)
         meta_config = MetaHarnessConfig(seed=settings.seed, prompt_only=prompt_only, threads=64)

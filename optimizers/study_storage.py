@@ -1,0 +1,158 @@
+"""Where a study lives, so many `whale study` workers share it, and how a dead worker's trial gets failed.
+
+Storage URLs: none (in memory, one process), `sqlite:///file.db`, `postgresql://...`,
+`mysql://...` (Optuna's RDBStorage) or `journal:///path/file.log` (Optuna's
+JournalStorage on a file, for file systems where SQLite locking is unreliable).
+
+A worker killed with -9 leaves its trial RUNNING. RDBStorage has heartbeats:
+each running trial's heartbeat is refreshed every `heartbeat_interval` seconds
+and `optuna.storages.fail_stale_trials` fails trials silent for longer than
+`grace_period` (Optuna also calls it before every new trial). JournalStorage has
+no heartbeat in Optuna, so `JournalHeartbeat` keeps the same lease in a user
+attribute and `fail_stale_trials` here applies the same rule to it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+import warnings
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from whale_dspy.errors import ConfigError
+
+if TYPE_CHECKING:
+    import optuna
+
+logger = logging.getLogger(__name__)
+
+RDB_SCHEMES = ("sqlite", "postgresql", "mysql")
+JOURNAL_SCHEME = "journal"
+HEARTBEAT_ATTR = "heartbeat"
+"""User attribute (unix seconds) that journal-storage workers refresh while a trial runs."""
+
+
+@dataclass(frozen=True)
+class Lease:
+    """How often a running trial proves its worker alive, and how long silence is tolerated."""
+
+    heartbeat_interval: int = 60
+    grace_period: int = 180
+
+    def __post_init__(self) -> None:
+        if self.heartbeat_interval < 1 or self.grace_period <= self.heartbeat_interval:
+            raise ConfigError(
+                "heartbeat_interval must be >= 1 s and grace_period longer than it, got "
+                f"{self.heartbeat_interval} and {self.grace_period}"
+            )
+
+
+def open_storage(url: str | None, lease: Lease = Lease()) -> optuna.storages.BaseStorage:
+    """Open (and for RDB, connect to) a storage; any failure is a ConfigError naming the valid forms."""
+    import optuna
+
+    if not url:
+        return optuna.storages.InMemoryStorage()
+    scheme = url.split(":", 1)[0].split("+", 1)[0]
+    if scheme == JOURNAL_SCHEME:
+        return _open_journal(url)
+    if scheme not in RDB_SCHEMES:
+        raise ConfigError(
+            f"unsupported storage URL {url!r}: use sqlite:///FILE, postgresql://..., mysql://... "
+            "or journal:///FILE (or omit it for an in-memory study)"
+        )
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return optuna.storages.RDBStorage(
+                url, heartbeat_interval=lease.heartbeat_interval, grace_period=lease.grace_period
+            )
+    except Exception as error:  # sqlalchemy's errors, a missing driver, a refused connection
+        raise ConfigError(f"cannot open storage {url!r}: {type(error).__name__}: {error}") from error
+
+
+def _open_journal(url: str) -> optuna.storages.BaseStorage:
+    from pathlib import Path
+
+    import optuna
+    from optuna.storages.journal import JournalFileBackend
+
+    prefix = f"{JOURNAL_SCHEME}://"
+    path = Path(url[len(prefix) :]) if url.startswith(prefix) else Path("")
+    if not path.name or not path.parent.is_dir():
+        raise ConfigError(f"journal storage {url!r}: expected journal:///EXISTING_DIR/FILE.log")
+    try:
+        return optuna.storages.JournalStorage(JournalFileBackend(str(path)))
+    except OSError as error:
+        raise ConfigError(f"cannot open journal storage {path}: {error}") from error
+
+
+def needs_own_heartbeat(storage: Any) -> bool:
+    """Journal storages get `JournalHeartbeat`; RDB storages beat natively; memory dies with the process."""
+    from optuna.storages import JournalStorage
+
+    return isinstance(storage, JournalStorage)
+
+
+class JournalHeartbeat:
+    """A daemon thread that refreshes the trial's heartbeat attribute until the trial returns."""
+
+    def __init__(self, trial: optuna.Trial, interval: int):
+        self._trial = trial
+        self._interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name=f"heartbeat-{trial.number}", daemon=True)
+
+    def __enter__(self) -> JournalHeartbeat:
+        self._trial.set_user_attr(HEARTBEAT_ATTR, time.time())
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self._interval):
+            try:
+                self._trial.set_user_attr(HEARTBEAT_ATTR, time.time())
+            except Exception:  # the storage hiccupped: the next beat retries, the grace period absorbs it
+                logger.warning("heartbeat of trial %d failed", self._trial.number, exc_info=True)
+
+
+def fail_stale_trials(study: optuna.Study, lease: Lease = Lease()) -> list[int]:
+    """Mark trials of dead workers FAIL; returns their numbers. Safe to run from any worker."""
+    import optuna
+    from optuna.trial import TrialState
+
+    running = {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
+    if not needs_own_heartbeat(study._storage):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            optuna.storages.fail_stale_trials(study)
+    else:
+        _fail_silent_journal_trials(study, lease)
+    failed = [
+        t.number for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,)) if t.number in running
+    ]
+    if failed:
+        logger.warning("marked trials %s FAIL: their workers stopped sending heartbeats", failed)
+    return failed
+
+
+def _fail_silent_journal_trials(study: optuna.Study, lease: Lease) -> None:
+    from optuna.exceptions import UpdateFinishedTrialError
+    from optuna.trial import TrialState
+
+    now = time.time()
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        started = trial.datetime_start.timestamp() if trial.datetime_start else now
+        last = float(trial.user_attrs.get(HEARTBEAT_ATTR, started))
+        if now - last > lease.grace_period:
+            # The storage call Optuna's own fail_stale_trials makes (no public per-trial API exists);
+            # the trial may have finished, or another worker failed it, meanwhile.
+            with contextlib.suppress(UpdateFinishedTrialError):
+                study._storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL)

@@ -1,0 +1,166 @@
+"""Several `run_study` worker processes on one shared storage, with a scripted fast objective.
+
+This file is also the worker: `python tests/test_study_workers.py STORAGE NAME ...`
+runs one worker, so the tests start real processes and can kill one with -9.
+The scripted objective gives each schedule a deterministic validation curve
+that rises to a peak and then sags (too much training on too little harness
+search), higher for schedules near the paper's E=0.6, I=6.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from optimizers.schedules import Fixed, Schedule
+from optimizers.study import RunTrial, StudyConfig, TrialContext, TrialReporter, run_study
+from optimizers.study_storage import Lease
+from whale_dspy.seeding import derive_seed
+
+BUDGET, EVERY = 1000, 100
+
+
+def synthetic_quality(schedule: Schedule) -> float:
+    """Peak validation score of a schedule: best near fixed(0.6, 6), patience a bit below."""
+    if isinstance(schedule, Fixed):
+        return max(0.05, 0.8 - 0.35 * abs(schedule.epochs - 0.6) - 0.06 * abs(schedule.iterations - 6))
+    return max(
+        0.05, 0.7 - 0.03 * schedule.weight_patience - 0.02 * (schedule.harness_max - schedule.harness_min)
+    )
+
+
+def synthetic_curve(schedule: Schedule, budget: int = BUDGET, every: int = EVERY) -> list[tuple[int, float]]:
+    """(rollouts, validation score) at each evaluation: rise to the peak by 40% of the budget, then sag."""
+    peak = synthetic_quality(schedule)
+    points = []
+    for rollouts in range(every, budget + 1, every):
+        x = rollouts / budget
+        shape = x / 0.4 if x <= 0.4 else 1 - 0.5 * (x - 0.4)
+        wobble = (derive_seed(schedule.spec(), rollouts) % 100) / 100 * 0.02
+        points.append((rollouts + derive_seed(rollouts) % 7, round(peak * shape + wobble, 4)))
+    return points
+
+
+def scripted_run_trial(*, seconds_per_eval: float = 0.0, hang_after: int | None = None) -> RunTrial:
+    """A run_trial that replays the synthetic curve (optionally hanging, to be killed mid-trial)."""
+
+    def run_trial(context: TrialContext, reporter: TrialReporter) -> float:
+        reporter.record(run_dir=f"/runs/{context.name}", worker=os.getpid(), adapter=f"{context.name}-policy")
+        best = 0.0
+        for index, (rollouts, score) in enumerate(synthetic_curve(context.schedule)):
+            if hang_after is not None and index >= hang_after:
+                time.sleep(600)
+            time.sleep(seconds_per_eval)
+            best = max(best, score)
+            reporter.report(rollouts, score)
+        return best
+
+    return run_trial
+
+
+def start_worker(tmp: Path, storage: str, *args: str) -> subprocess.Popen:
+    root = str(Path(__file__).parent.parent)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    log = open(tmp / f"worker-{time.monotonic_ns()}.log", "w")  # noqa: SIM115 (the process owns it)
+    return subprocess.Popen(
+        [sys.executable, __file__, storage, *args], stdout=log, stderr=subprocess.STDOUT, env=env
+    )
+
+
+def _open(storage: str):
+    import optuna
+
+    from optimizers.study_storage import open_storage
+
+    return optuna.load_study(study_name="demo", storage=open_storage(storage, Lease(1, 2)))
+
+
+def _wait_for_running_trial(storage: str, worker: subprocess.Popen, timeout: float = 60.0) -> int:
+    from optuna.trial import TrialState
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert worker.poll() is None, "the worker exited before its trial started"
+        try:
+            running = _open(storage).get_trials(states=(TrialState.RUNNING,))
+        except KeyError:  # the study does not exist yet
+            running = []
+        if running and "curve" in running[0].user_attrs:
+            return running[0].number
+        time.sleep(0.3)
+    raise AssertionError("no trial started")
+
+
+@pytest.mark.parametrize("scheme", ["sqlite", "journal"])
+def test_a_killed_worker_leaves_its_trial_failed_not_running(tmp_path, scheme):
+    from optuna.trial import TrialState
+
+    storage = f"sqlite:///{tmp_path / 's.db'}" if scheme == "sqlite" else f"journal:///{tmp_path / 's.log'}"
+    doomed = start_worker(tmp_path, storage, "--trials", "3", "--hang-after", "1")
+    try:
+        number = _wait_for_running_trial(storage, doomed)
+    finally:
+        os.kill(doomed.pid, signal.SIGKILL)
+        doomed.wait()
+    time.sleep(2.5)  # past the grace period: the dead worker's heartbeat is stale now
+    survivor = start_worker(tmp_path, storage, "--trials", "3", "--pruner", "none")
+    assert survivor.wait(timeout=120) == 0
+    states = {t.number: t.state for t in _open(storage).get_trials()}
+    assert states[number] == TrialState.FAIL
+    assert sum(state == TrialState.COMPLETE for state in states.values()) >= 2
+    assert TrialState.RUNNING not in states.values()
+
+
+def test_two_workers_share_one_sqlite_study_and_prune(tmp_path):
+    from optuna.trial import TrialState
+
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    workers = [
+        start_worker(tmp_path, storage, "--trials", "10", "--seed", str(seed), "--seconds", "0.05")
+        for seed in (1, 2)
+    ]
+    assert [w.wait(timeout=240) for w in workers] == [0, 0], [p.read_text() for p in tmp_path.glob("*.log")]
+    trials = _open(storage).get_trials()
+    states = [t.state for t in trials]
+    assert states.count(TrialState.COMPLETE) >= 3
+    assert states.count(TrialState.PRUNED) >= 1
+    assert 10 <= len(trials) <= 11  # one trial may overshoot: both workers can start the 10th
+    assert {t.user_attrs["worker"] for t in trials} == {w.pid for w in workers}
+    first = min(trials, key=lambda t: t.number)
+    assert first.params == {"schedule": "fixed", "epochs": 0.6, "harness_iterations": 6}
+
+
+def _worker_main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("storage")
+    parser.add_argument("--trials", type=int, required=True)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seconds", type=float, default=0.0)
+    parser.add_argument("--hang-after", type=int, default=None)
+    parser.add_argument("--pruner", default="patient-median")
+    args = parser.parse_args()
+    config = StudyConfig(
+        "demo",
+        trials=args.trials,
+        budget=BUDGET,
+        report_every=EVERY,
+        storage=args.storage,
+        pruner=args.pruner,
+        startup_trials=2,
+        patience=1,
+        seed=args.seed,
+        lease=Lease(heartbeat_interval=1, grace_period=2),
+    )
+    runner = scripted_run_trial(seconds_per_eval=args.seconds, hang_after=args.hang_after)
+    run_study(config, runner)
+
+
+if __name__ == "__main__":
+    _worker_main()
