@@ -1,0 +1,26 @@
+"""Terminate the child abruptly with os._exit so its tasks never answer."""
+
+from __future__ import annotations
+
+import typing
+
+import dspy
+
+EXPECTED = "crash"
+"""The failure the sandbox must record with the static check off (None: no failure, no leak, score 0)."""
+STATIC = "forbidden call"
+"""What the static check reports before any process starts (None: it passes the check)."""
+
+
+class Harness(dspy.Module):
+    def __init__(self, signature, tools):
+        super().__init__()
+        self.solve = dspy.Predict(signature)
+        self.tools = tools
+
+    def forward(self, question: str) -> dspy.Prediction:
+        typing.sys.modules["os"]._exit(3)
+
+
+def build(signature, tools):
+    return Harness(signature, tools)

@@ -1,0 +1,28 @@
+"""Kill the parent process (the optimizer) with SIGKILL."""
+
+from __future__ import annotations
+
+import typing
+
+import dspy
+
+EXPECTED = "forbidden call"
+"""The failure the sandbox must record with the static check off (None: no failure, no leak, score 0)."""
+STATIC = "forbidden call"
+"""What the static check reports before any process starts (None: it passes the check)."""
+
+
+class Harness(dspy.Module):
+    def __init__(self, signature, tools):
+        super().__init__()
+        self.solve = dspy.Predict(signature)
+        self.tools = tools
+
+    def forward(self, question: str) -> dspy.Prediction:
+        os = typing.sys.modules["os"]
+        os.kill(os.getppid(), 9)
+        return self.solve(question=question)
+
+
+def build(signature, tools):
+    return Harness(signature, tools)

@@ -1,0 +1,27 @@
+"""Allocate a huge buffer while the module loads."""
+
+from __future__ import annotations
+
+import dspy
+
+EXPECTED = "memory"
+"""The failure the sandbox must record with the static check off (None: no failure, no leak, score 0)."""
+STATIC = None
+"""What the static check reports before any process starts (None: it passes the check)."""
+
+
+BUFFER = bytearray(1 << 40)
+
+
+class Harness(dspy.Module):
+    def __init__(self, signature, tools):
+        super().__init__()
+        self.solve = dspy.Predict(signature)
+        self.tools = tools
+
+    def forward(self, question: str) -> dspy.Prediction:
+        return self.solve(question=question)
+
+
+def build(signature, tools):
+    return Harness(signature, tools)

@@ -1,0 +1,176 @@
+"""The import allowlist and the static check of candidate harness code.
+
+The static check is the first of two layers: it rejects a candidate before any
+process starts when its syntax tree imports a module outside the allowlist or
+names an obviously dangerous builtin or attribute. It is deliberately
+conservative (a false positive costs one candidate; a false negative is still
+caught by the child's runtime guard and the OS limits).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable
+
+ALLOWED_IMPORTS: frozenset[str] = frozenset(
+    {
+        "__future__",
+        "abc",
+        "bisect",
+        "chess",
+        "collections",
+        "copy",
+        "dataclasses",
+        "decimal",
+        "dspy",
+        "enum",
+        "fractions",
+        "functools",
+        "harness_programs.blocks",
+        "heapq",
+        "itertools",
+        "json",
+        "math",
+        "operator",
+        "pydantic",
+        "random",
+        "re",
+        "statistics",
+        "string",
+        "textwrap",
+        "typing",
+    }
+)
+"""Modules (with their submodules) a candidate may import: DSPy, signatures, the harness building
+blocks, chess and harmless standard library modules. Pass another set to widen or narrow it."""
+
+DENIED_SUBMODULES: frozenset[str] = frozenset({"chess.engine", "chess.gaviota", "chess.syzygy"})
+"""Parts of allowed packages that run engines or read tablebases (WHALE forbids move search)."""
+
+FORBIDDEN_NAMES = frozenset(
+    {
+        "__import__",
+        "__builtins__",
+        "__loader__",
+        "__spec__",
+        "breakpoint",
+        "compile",
+        "delattr",
+        "eval",
+        "exec",
+        "globals",
+        "input",
+        "locals",
+        "memoryview",
+        "open",
+        "vars",
+    }
+)
+"""Builtins that reach the file system, code execution or other namespaces."""
+
+FORBIDDEN_ATTRIBUTES = frozenset(
+    {
+        "__bases__",
+        "__base__",
+        "__builtins__",
+        "__closure__",
+        "__code__",
+        "__dict__",
+        "__func__",
+        "__getattribute__",
+        "__globals__",
+        "__import__",
+        "__loader__",
+        "__mro__",
+        "__reduce__",
+        "__reduce_ex__",
+        "__self__",
+        "__subclasses__",
+        "builtins",
+        "cell_contents",
+        "cr_frame",
+        "environ",
+        "f_back",
+        "f_builtins",
+        "f_globals",
+        "f_locals",
+        "gi_code",
+        "gi_frame",
+        "importlib",
+        "modules",
+        "os",
+        "socket",
+        "subprocess",
+        "sys",
+        "tb_frame",
+    }
+)
+"""Attributes used to walk from an ordinary object to modules, frames or code objects (including
+modules that other modules import, such as ``typing.sys``)."""
+
+REFLECTION_CALLS = frozenset({"getattr", "setattr", "hasattr"})
+"""Builtins whose string argument must not name a dunder (``getattr(x, "__globals__")``)."""
+
+
+def allows(module: str, allowed: Iterable[str] = ALLOWED_IMPORTS) -> bool:
+    """True when `module` is an allowed entry or a submodule of one (and not a denied submodule)."""
+
+    def under(entries: Iterable[str]) -> bool:
+        return any(module == entry or module.startswith(entry + ".") for entry in entries)
+
+    return under(allowed) and not under(DENIED_SUBMODULES)
+
+
+def import_allowed(module: str, fromlist: Iterable[str], allowed: Iterable[str]) -> bool:
+    """Whether ``from module import *fromlist`` (or ``import module``) stays inside the allowlist.
+
+    ``from harness_programs import blocks`` is allowed when ``harness_programs.blocks`` is.
+    """
+    if allows(module, allowed):
+        return True
+    names = [name for name in fromlist if name != "*"]
+    return bool(names) and all(allows(f"{module}.{name}", allowed) for name in names)
+
+
+def _import_violation(node: ast.AST, allowed: frozenset[str]) -> str | None:
+    if isinstance(node, ast.Import):
+        bad = [alias.name for alias in node.names if not allows(alias.name, allowed)]
+    elif isinstance(node, ast.ImportFrom):
+        module = "." * node.level + (node.module or "")
+        fromlist = [alias.name for alias in node.names]
+        bad = [] if not node.level and import_allowed(module, fromlist, allowed) else [module]
+    else:
+        return None
+    return f"line {node.lineno}: forbidden import: {', '.join(bad)}" if bad else None
+
+
+def _call_violation(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Name) and node.id in FORBIDDEN_NAMES:
+        return f"line {node.lineno}: forbidden call: name {node.id!r}"
+    if isinstance(node, ast.Attribute) and node.attr in FORBIDDEN_ATTRIBUTES:
+        return f"line {node.lineno}: forbidden call: attribute {node.attr!r}"
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in REFLECTION_CALLS:
+        for arg in node.args[1:2]:
+            if not (isinstance(arg, ast.Constant) and isinstance(arg.value, str)):
+                return f"line {node.lineno}: forbidden call: {node.func.id}() with a computed name"
+            if arg.value.startswith("_"):
+                return f"line {node.lineno}: forbidden call: {node.func.id}(..., {arg.value!r})"
+    return None
+
+
+def check_imports(source: str, allowed: Iterable[str] = ALLOWED_IMPORTS) -> list[str]:
+    """Every violation in `source` as "line N: forbidden import|forbidden call: detail"; [] when clean.
+
+    A source that does not parse yields one violation naming the syntax error.
+    """
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as error:
+        return [f"line {error.lineno}: syntax error: {error.msg}"]
+    allowed = frozenset(allowed)
+    violations = []
+    for node in ast.walk(tree):
+        found = _import_violation(node, allowed) or _call_violation(node)
+        if found:
+            violations.append(found)
+    return violations
