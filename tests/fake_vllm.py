@@ -1,0 +1,68 @@
+"""A stand-in for vLLM's OpenAI server, launched through VLLMServer(command=...) by fast tests.
+
+It accepts vLLM's flags, answers /health, the LoRA routes (refusing an unknown
+name or an empty directory like vLLM does) and chat completions with a fixed
+JSON answer, and records every request body to --record so tests can read what
+the client really sent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+ANSWER = '{"answer": "4"}'
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--served-model-name", default="base")
+    parser.add_argument("--record", type=Path, default=None)
+    args, _ = parser.parse_known_args()
+    adapters: set[str] = set()
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def reply(self, status: int, body: object) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self) -> None:
+            self.reply(200 if self.path == "/health" else 404, {})
+
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            if args.record:
+                with args.record.open("a") as out:
+                    out.write(json.dumps({"path": self.path, "body": body}) + "\n")
+            name = body.get("lora_name") or body.get("model")
+            if self.path == "/v1/load_lora_adapter":
+                adapters.add(name)
+                self.reply(200, "Success")
+            elif self.path == "/v1/unload_lora_adapter":
+                self.reply(200, "Success") if name in adapters else self.reply(404, {"error": name})
+                adapters.discard(name)
+            elif name != args.served_model_name and name not in adapters:
+                self.reply(404, {"error": {"message": f"The model `{name}` does not exist."}})
+            else:
+                message = {"role": "assistant", "content": ANSWER}
+                usage = {"prompt_tokens": 5, "completion_tokens": 5, "total_tokens": 10}
+                choice = {"index": 0, "message": message, "finish_reason": "stop"}
+                self.reply(200, {"id": "x", "object": "chat.completion", "created": 0, "model": name,
+                                 "choices": [choice], "usage": usage})  # fmt: skip
+
+    print(f"fake vLLM listening on {args.port}", flush=True)
+    ThreadingHTTPServer(("127.0.0.1", args.port), Handler).serve_forever()
+
+
+if __name__ == "__main__":
+    main()

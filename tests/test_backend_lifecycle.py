@@ -1,0 +1,121 @@
+"""Server lifecycle without vLLM: taken ports, servers that hang or crash, no orphans, fake-server API."""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+from pathlib import Path
+
+import dspy
+import pytest
+
+from whale_dspy.backends import PROVIDER, RemoteServer, VLLMServer
+from whale_dspy.backends.process import group_members
+from whale_dspy.errors import BackendError
+from whale_dspy.records import AdapterRef
+
+FAKE_VLLM = str(Path(__file__).with_name("fake_vllm.py"))
+
+
+def fake_server(tmp_path: Path, code: str | None = None, **options) -> VLLMServer:
+    """A VLLMServer whose command is a Python snippet (or the fake vLLM), serving a dummy local model."""
+    command = (
+        [sys.executable, "-c", code]
+        if code
+        else [sys.executable, FAKE_VLLM, "--record", str(tmp_path / "requests.jsonl")]
+    )
+    (tmp_path / "model").mkdir(exist_ok=True)
+    return VLLMServer(str(tmp_path / "model"), log_path=tmp_path / "server.log", command=command, **options)
+
+
+def make_adapter(tmp_path: Path, name: str, base: str) -> AdapterRef:
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": base}))
+    return AdapterRef(name=name, path=str(folder), base=base)
+
+
+def recorded(tmp_path: Path) -> list[dict]:
+    return [json.loads(line) for line in (tmp_path / "requests.jsonl").read_text().splitlines()]
+
+
+def test_a_taken_port_is_refused_before_launch(tmp_path: Path) -> None:
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        server = fake_server(tmp_path, port=holder.getsockname()[1])
+        with pytest.raises(BackendError, match="taken"):
+            server.start()
+    assert server.pid is None
+
+
+def test_a_server_that_never_gets_healthy_times_out_and_leaves_no_process(tmp_path: Path) -> None:
+    # The child forks a grandchild, as vLLM does with its engine core: both must go.
+    code = "import os,time; os.fork(); print('still booting', flush=True); time.sleep(600)"
+    server = fake_server(tmp_path, code, startup_timeout_s=2)
+    with pytest.raises(BackendError, match="did not become healthy") as error:
+        server.start()
+    assert "still booting" in str(error.value)
+    assert group_members(server.pid) == []
+
+
+def test_a_crashing_server_reports_its_exit_code_and_log(tmp_path: Path) -> None:
+    server = fake_server(tmp_path, "import sys; print('CUDA? no: boom', flush=True); sys.exit(3)")
+    with pytest.raises(BackendError, match="exited with code 3") as error:
+        server.start()
+    assert "boom" in str(error.value)
+    assert group_members(server.pid) == []
+
+
+def test_fake_server_lifecycle_adapters_and_lm_binding(tmp_path: Path) -> None:
+    with fake_server(tmp_path) as server:
+        pid = server.pid
+        assert server.alive()
+        base = server.base_model
+        server.load_adapter(make_adapter(tmp_path, "policy-r01-s0001", base))
+        assert server.adapters == ("policy-r01-s0001",)
+        with pytest.raises(BackendError, match="never reused"):
+            retrained = make_adapter(tmp_path, "retrained", base)
+            server.load_adapter(AdapterRef("policy-r01-s0001", retrained.path, base))
+        with pytest.raises(BackendError, match="no adapter_config.json"):
+            server.load_adapter(AdapterRef(name="empty", path=str(tmp_path / "nowhere"), base=base))
+        with pytest.raises(BackendError, match="trained on base"):
+            server.load_adapter(make_adapter(tmp_path, "other-base", "/models/another-model"))
+        lm = server.lm("policy-r01-s0001", temperature=0.7)
+        assert lm.model == f"{PROVIDER}/policy-r01-s0001"
+        assert lm.kwargs["temperature"] == 0.7 and lm.kwargs["max_tokens"] == 512
+        assert lm("What is 2+2?") == ['{"answer": "4"}']
+        server.unload_adapter("policy-r01-s0001")
+        with pytest.raises(BackendError, match="not loaded"):
+            server.lm("policy-r01-s0001")
+    assert not server.alive()
+    assert group_members(pid) == []
+    routes = [entry["path"] for entry in recorded(tmp_path)]
+    assert routes == ["/v1/load_lora_adapter", "/v1/chat/completions", "/v1/unload_lora_adapter"]
+
+
+def test_json_adapter_sends_a_json_schema_response_format(tmp_path: Path) -> None:
+    with fake_server(tmp_path) as server, dspy.context(lm=server.lm(), adapter=dspy.JSONAdapter()):
+        answer = dspy.Predict("question -> answer")(question="What is 2+2?").answer
+    assert answer == "4"
+    chat = [entry["body"] for entry in recorded(tmp_path) if entry["path"] == "/v1/chat/completions"]
+    response_format = chat[0]["response_format"]
+    assert response_format["type"] == "json_schema"
+    assert "answer" in json.dumps(response_format["json_schema"])
+
+
+def test_remote_server_drives_an_existing_server(tmp_path: Path) -> None:
+    with fake_server(tmp_path) as local:
+        remote = RemoteServer(local.url + "/v1", "base", adapters=["preloaded"])
+        with remote:
+            assert remote.url == local.url
+            assert remote.lm("preloaded").model == f"{PROVIDER}/preloaded"
+            remote.load_adapter(make_adapter(tmp_path, "remote-r01", "any-base"))
+            assert remote.adapters == ("preloaded", "remote-r01")
+        assert local.alive()  # leaving the remote's context does not stop someone else's server
+
+
+def test_url_before_start_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(BackendError, match="not started"):
+        _ = fake_server(tmp_path).url

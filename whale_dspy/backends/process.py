@@ -1,0 +1,136 @@
+"""A server subprocess in its own process group: started, logged to a file, stopped as a whole.
+
+vLLM forks engine workers; stopping only the parent leaves them holding GBs of
+memory and the CPU. Killing the whole group, also when the interpreter exits
+(a finalizer, not a caller's discipline), leaves no orphan.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import subprocess
+import time
+import weakref
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from whale_dspy.errors import BackendError
+
+logger = logging.getLogger(__name__)
+
+LOOPBACK = "127.0.0.1"
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on now (the kernel picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((LOOPBACK, 0))
+        return sock.getsockname()[1]
+
+
+def ensure_port_free(port: int) -> None:
+    """BackendError before launching when another process already holds the port."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((LOOPBACK, port))
+        except OSError as error:
+            raise BackendError(
+                f"port {port} on {LOOPBACK} is taken ({error.strerror}); pass another port or none "
+                "to pick a free one"
+            ) from None
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes of a process group, read from /proc (Linux, like vLLM)."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # exited while we looked
+        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+            members.append(int(stat.parent.name))
+    return members
+
+
+def _wait_group(proc: subprocess.Popen[bytes], timeout_s: float) -> bool:
+    """Wait until the leader is reaped and no member of its group is left."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None and not group_members(proc.pid):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def _stop_group(proc: subprocess.Popen[bytes], grace_s: float) -> None:
+    """SIGTERM the whole group (pgid == leader pid), then SIGKILL whatever outlives grace_s."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        if _wait_group(proc, grace_s):
+            break
+        logger.warning("process group %d outlived %s for %.0f s", proc.pid, sig.name, grace_s)
+    proc.poll()
+
+
+class ManagedProcess:
+    """One command in its own session, stdout+stderr appended to log_path."""
+
+    def __init__(
+        self,
+        argv: Sequence[str],
+        *,
+        log_path: Path,
+        env: Mapping[str, str] | None = None,
+        grace_s: float = 15.0,
+    ) -> None:
+        self.argv = tuple(argv)
+        self.log_path = Path(log_path)
+        self.env = dict(env) if env is not None else None
+        self.grace_s = grace_s
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._finalizer: weakref.finalize | None = None
+
+    def start(self) -> None:
+        if self._proc is not None:
+            raise BackendError(f"process already started (pid {self._proc.pid})")
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("ab") as log:
+            self._proc = subprocess.Popen(
+                self.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+                start_new_session=True,
+            )
+        # Runs on stop(), on garbage collection and at interpreter exit, whichever comes first.
+        self._finalizer = weakref.finalize(self, _stop_group, self._proc, self.grace_s)
+        logger.info("started pid %d: %s (log %s)", self._proc.pid, " ".join(self.argv), self.log_path)
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    def exit_code(self) -> int | None:
+        """None while running (or never started), else the exit status."""
+        return self._proc.poll() if self._proc else None
+
+    def stop(self) -> None:
+        if self._finalizer is not None:
+            self._finalizer()
+            logger.info("stopped pid %s", self.pid)
+
+    def log_tail(self, lines: int = 30) -> str:
+        """The last lines of the log, for error messages."""
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return "(no log written)"
+        return "\n".join(text.splitlines()[-lines:])

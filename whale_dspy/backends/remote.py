@@ -1,0 +1,167 @@
+"""An OpenAI-compatible vLLM server reached by URL: adapter loading and DSPy LMs bound to a name.
+
+Adapters are addressed by name in the request's `model` field. A name is never
+reused on one server: DSPy caches by model name and vLLM's in-place reload keeps
+stale prefix-cache blocks, so a new adapter always gets a new versioned name.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from whale_dspy.errors import BackendError
+from whale_dspy.records import AdapterRef
+
+if TYPE_CHECKING:
+    import dspy
+    import httpx
+
+logger = logging.getLogger(__name__)
+
+PROVIDER = "whale-vllm"
+"""The DSPy provider id of these servers: `lm().model` is `whale-vllm/<served name>`."""
+
+DEFAULT_SAMPLING: dict[str, Any] = {"temperature": 0.0, "max_tokens": 512}
+
+
+@functools.cache
+def register_dspy_provider() -> None:
+    """Declare vLLM servers to DSPy's native engine as honouring json_schema response formats.
+
+    An undeclared `openai/<name>` model is unknown to DSPy's catalogue, so its
+    JSONAdapter never sends `response_format`; vLLM does constrained decoding.
+    """
+    from dspy.lm15 import AccessPolicy, EndpointSupport, ModelSupport, ProviderDefinition, register_provider
+
+    access = AccessPolicy(
+        provider=PROVIDER,
+        supports=EndpointSupport(complete=True, stream=True, models=True),
+        auth_modes=("bearer",),
+        base_url="http://localhost:8000/v1",  # the vllm compat preset's; every LM passes its own api_base
+    )
+    definition = ProviderDefinition.chat(access, compat="vllm", placeholder_key="EMPTY")
+    register_provider(definition, supports=ModelSupport(response_schema=True))
+
+
+class RemoteServer:
+    """A running server at `url` serving `base_name`; start() and stop() do nothing."""
+
+    def __init__(
+        self,
+        url: str,
+        base_name: str = "base",
+        *,
+        base_model: str | None = None,
+        sampling: Mapping[str, Any] | None = None,
+        adapters: Iterable[str] = (),
+        request_timeout_s: float = 60.0,
+    ) -> None:
+        self._url = url.rstrip("/").removesuffix("/v1")
+        self.served_name = base_name
+        self.base_model = base_model
+        self.sampling = {**DEFAULT_SAMPLING, **(sampling or {})}
+        self.request_timeout_s = request_timeout_s
+        self._loaded: dict[str, AdapterRef | None] = dict.fromkeys(adapters)
+        self._used_names: set[str] = set(self._loaded)
+
+    @property
+    def url(self) -> str:
+        """Server root, e.g. http://127.0.0.1:8000 (the OpenAI API is under /v1)."""
+        return self._url
+
+    @property
+    def adapters(self) -> tuple[str, ...]:
+        """Names of the adapters loaded now."""
+        return tuple(self._loaded)
+
+    def start(self) -> None:
+        """Nothing to start: the server is someone else's."""
+
+    def stop(self) -> None:
+        """Nothing to stop: the server is someone else's."""
+
+    def __enter__(self) -> RemoteServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def load_adapter(self, ref: AdapterRef) -> None:
+        """Load a PEFT adapter directory under ref.name (a name never used on this server before)."""
+        self._check_new_name(ref.name)
+        path = Path(ref.path).expanduser().resolve()
+        if not (path / "adapter_config.json").is_file():
+            raise BackendError(
+                f"adapter {ref.name!r}: {path} is not a PEFT adapter directory (no adapter_config.json)"
+            )
+        self._check_base(ref)
+        self._post("/v1/load_lora_adapter", {"lora_name": ref.name, "lora_path": str(path)}, ref.name)
+        self._loaded[ref.name] = ref
+        self._used_names.add(ref.name)
+        logger.info("loaded adapter %s from %s", ref.name, path)
+
+    def unload_adapter(self, name: str) -> None:
+        """Free an adapter's slot; its name stays used."""
+        if name not in self._loaded:
+            raise BackendError(f"adapter {name!r} is not loaded; loaded: {list(self._loaded) or 'none'}")
+        self._post("/v1/unload_lora_adapter", {"lora_name": name}, name)
+        del self._loaded[name]
+        logger.info("unloaded adapter %s", name)
+
+    def lm(self, adapter: str | None = None, *, cache: bool = False, **sampling: Any) -> dspy.LM:
+        """A dspy.LM for the base model (adapter=None) or a loaded adapter; sampling overrides defaults."""
+        import dspy
+
+        if adapter is not None and adapter not in self._loaded:
+            raise BackendError(f"adapter {adapter!r} is not loaded; loaded: {list(self._loaded) or 'none'}")
+        register_dspy_provider()
+        return dspy.LM(
+            f"{PROVIDER}/{adapter or self.served_name}",
+            api_base=f"{self.url}/v1",
+            api_key="EMPTY",
+            cache=cache,
+            **{**self.sampling, **sampling},
+        )
+
+    def _check_new_name(self, name: str) -> None:
+        if name == self.served_name:
+            raise BackendError(f"adapter name {name!r} is the base model's served name; pick another")
+        if name in self._used_names:
+            raise BackendError(
+                f"adapter name {name!r} was already used on this server; names are never reused "
+                "(DSPy caches by model name): give the new adapter a new versioned name"
+            )
+
+    def _check_base(self, ref: AdapterRef) -> None:
+        """Refuse an adapter trained for another base before the server sees it."""
+        if self.base_model is None:
+            return
+        served = {self.base_model, self.served_name, str(Path(self.base_model).expanduser().resolve())}
+        if ref.base not in served and str(Path(ref.base).expanduser().resolve()) not in served:
+            raise BackendError(
+                f"adapter {ref.name!r} was trained on base {ref.base!r}, but this server serves "
+                f"{self.base_model!r}"
+            )
+
+    def _post(self, route: str, payload: dict[str, Any], name: str) -> httpx.Response:
+        import httpx
+
+        try:
+            response = httpx.post(f"{self.url}{route}", json=payload, timeout=self.request_timeout_s)
+        except httpx.HTTPError as error:
+            raise BackendError(f"{route} for {name!r} failed: {error}{self._failure_context()}") from error
+        if response.status_code != 200:
+            raise BackendError(
+                f"{route} for {name!r} was refused (HTTP {response.status_code}): "
+                f"{response.text[:2000]}{self._failure_context()}"
+            )
+        return response
+
+    def _failure_context(self) -> str:
+        """Extra text for error messages (a local server adds its log tail)."""
+        return ""

