@@ -1,0 +1,150 @@
+"""LoraTrainer: up-front checks, crashes as TrainingError, and a real tiny run on SmolLM2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from whale_dspy.errors import TrainingError
+from whale_dspy.protocols import WeightTrainer
+from whale_dspy.records import AdapterRef, SFTExample
+from whale_dspy.training import LoraTrainer, LoraTrainingConfig
+
+
+def toy_examples(items: range) -> list[SFTExample]:
+    """A made-up fact the base model cannot know: each item's code."""
+    return [
+        SFTExample(
+            ({"role": "user", "content": f"Give me the code for item {i}."},), f"The code is ZEBRA-{i}."
+        )
+        for i in items
+    ]
+
+
+def test_lora_trainer_is_a_weight_trainer():
+    assert isinstance(LoraTrainer(), WeightTrainer)
+
+
+def test_importing_the_trainer_loads_no_heavy_library():
+    code = (
+        "import sys, whale_dspy.training, whale_dspy.testing.fake_trainer;"
+        "print(sorted({'torch', 'peft', 'transformers', 'vllm'} & set(sys.modules)))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_empty_examples_fail_before_any_process_starts(tmp_path):
+    with pytest.raises(TrainingError, match="no examples"):
+        LoraTrainer().train([], base="any", parent=None, name="a1", out_dir=tmp_path / "a1")
+    assert not (tmp_path / "a1").exists()
+
+
+def test_parent_from_another_base_is_refused(tmp_path):
+    parent = AdapterRef("p", str(tmp_path / "p"), base="other-model")
+    with pytest.raises(TrainingError, match="other-model"):
+        LoraTrainer().train(
+            toy_examples(range(1)), base="mine", parent=parent, name="c", out_dir=tmp_path / "c"
+        )
+
+
+def test_a_crashing_worker_raises_training_error_with_the_log_tail(tmp_path):
+    missing = tmp_path / "no-such-model"
+    with pytest.raises(TrainingError, match="exited with") as info:
+        LoraTrainer().train(
+            toy_examples(range(2)), base=str(missing), parent=None, name="x", out_dir=tmp_path / "x"
+        )
+    assert "Traceback" in str(info.value)
+    assert str(missing) in str(info.value)
+    assert (tmp_path / "x" / "train.log").read_text().strip().splitlines()[-1] in str(info.value)
+    assert not (tmp_path / "x" / "adapter").exists()
+
+
+def test_a_worker_past_its_timeout_is_killed_and_reported(tmp_path):
+    trainer = LoraTrainer(timeout_s=0.2)  # far less than importing torch takes
+    with pytest.raises(TrainingError, match="timeout_s=0.2"):
+        trainer.train(toy_examples(range(2)), base="any", parent=None, name="t", out_dir=tmp_path / "t")
+    assert not (tmp_path / "t" / "adapter").exists()
+
+
+@pytest.fixture(scope="module")
+def parent_run(smollm2_dir: str, tmp_path_factory):
+    out_dir = tmp_path_factory.mktemp("train") / "toy-1"
+    config = LoraTrainingConfig(learning_rate=2e-3, epochs=5, batch_size=4, seed=1)
+    result = LoraTrainer(config).train(
+        toy_examples(range(8)), base=smollm2_dir, parent=None, name="toy-1", out_dir=out_dir
+    )
+    return result, json.loads((out_dir / "metrics.json").read_text())
+
+
+def greedy(model, tokenizer, prompt: str) -> str:
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False
+    )
+    inputs = tokenizer(text, return_tensors="pt", add_special_tokens=False)
+    out = model.generate(**inputs, max_new_tokens=10, do_sample=False)
+    return tokenizer.decode(out[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
+
+
+@pytest.mark.integration
+def test_loss_falls_on_a_toy_task_and_the_result_is_reported(parent_run, smollm2_dir):
+    result, metrics = parent_run
+    losses = [s["loss"] for s in metrics["steps"]]
+    assert len(losses) == 5 * 2  # 5 epochs of 8 examples in batches of 4
+    assert sum(losses[-2:]) < 0.25 * sum(losses[:2])
+    assert result.loss == pytest.approx(sum(losses) / len(losses))
+    assert result.examples == 8
+    assert result.tokens == metrics["tokens"] > 8  # each completion is several tokens plus the end-of-turn
+    assert result.seconds >= metrics["train_seconds"] > 0
+    assert result.adapter == AdapterRef("toy-1", result.adapter.path, smollm2_dir, None)
+    config = json.loads((Path(result.adapter.path) / "adapter_config.json").read_text())
+    assert config["base_model_name_or_path"] == smollm2_dir
+    assert (Path(result.adapter.path) / "adapter_model.safetensors").exists()
+
+
+@pytest.mark.integration
+def test_the_adapter_loads_with_peft_and_changes_greedy_generation(parent_run, smollm2_dir):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    result, _ = parent_run
+    tokenizer = AutoTokenizer.from_pretrained(smollm2_dir)
+    base = AutoModelForCausalLM.from_pretrained(smollm2_dir)
+    prompt = "Give me the code for item 5."
+    before = greedy(base, tokenizer, prompt)
+    tuned = PeftModel.from_pretrained(base, result.adapter.path)
+    after = greedy(tuned, tokenizer, prompt)
+    assert after != before
+    assert "ZEBRA" in after and "ZEBRA" not in before
+
+
+@pytest.mark.integration
+def test_a_child_continues_from_its_parent_weights(parent_run, smollm2_dir, tmp_path):
+    parent, parent_metrics = parent_run
+    config = LoraTrainingConfig(learning_rate=1e-4, epochs=1, batch_size=4, seed=2)
+    child = LoraTrainer(config).train(
+        toy_examples(range(8, 12)),
+        base=smollm2_dir,
+        parent=parent.adapter,
+        name="toy-2",
+        out_dir=tmp_path / "toy-2",
+    )
+    child_metrics = json.loads((tmp_path / "toy-2" / "metrics.json").read_text())
+    # Unseen items of the learned task start far below where the fresh adapter started.
+    assert child_metrics["steps"][0]["loss"] < 0.25 * parent_metrics["steps"][0]["loss"]
+    assert child.adapter.parent == "toy-1"
+    assert child.adapter.path != parent.adapter.path
+    config = json.loads((Path(child.adapter.path) / "adapter_config.json").read_text())
+    assert config["base_model_name_or_path"] == smollm2_dir
+    with pytest.raises(TrainingError, match="never reused"):
+        LoraTrainer(config).train(
+            toy_examples(range(1)),
+            base=smollm2_dir,
+            parent=parent.adapter,
+            name="toy-2",
+            out_dir=tmp_path / "toy-2",
+        )

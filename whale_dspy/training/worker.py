@@ -1,0 +1,164 @@
+"""The training subprocess: `python -m whale_dspy.training.worker SPEC.json`.
+
+Training runs in its own process so that the memory of the base model, the
+optimizer and the autograd graphs goes back to the OS when it ends, and so
+that a crash leaves the caller (and its inference server) alive. The spec is
+written by `LoraTrainer`; this module is the only one here importing torch/peft.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from whale_dspy.errors import TrainingError
+from whale_dspy.records import SFTExample
+from whale_dspy.training.config import LoraTrainingConfig
+from whale_dspy.training.sft_data import IGNORE, Encoded, encode_examples
+
+log = logging.getLogger("whale_dspy.training.worker")
+
+
+def load_model(base: str, parent: str | None, config: LoraTrainingConfig) -> Any:
+    """The base model with a trainable LoRA: the parent's weights when given, else a fresh one."""
+    import torch
+    from peft import LoraConfig, PeftModel, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(config.seed)
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=getattr(torch, config.dtype))
+    model.to(config.device)
+    if parent:
+        log.info("continuing from parent adapter %s (its rank and target modules apply)", parent)
+        model = PeftModel.from_pretrained(model, parent, is_trainable=True)
+    else:
+        lora = LoraConfig(
+            r=config.rank,
+            lora_alpha=config.alpha,
+            lora_dropout=config.dropout,
+            target_modules=list(config.target_modules),
+            task_type="CAUSAL_LM",
+        )
+        model = get_peft_model(model, lora)
+    model.train()
+    return model
+
+
+def batches(examples: tuple[Encoded, ...], size: int, rng: random.Random) -> list[list[Encoded]]:
+    """Length-sorted batches (little padding) in a seeded random order."""
+    ordered = sorted(examples, key=lambda e: len(e.input_ids))
+    groups = [ordered[i : i + size] for i in range(0, len(ordered), size)]
+    rng.shuffle(groups)
+    return groups
+
+
+def collate(batch: list[Encoded], pad_id: int, device: str) -> dict[str, Any]:
+    """Right-pad to the longest example; padding is masked from attention and loss."""
+    import torch
+
+    width = max(len(e.input_ids) for e in batch)
+    pad = [width - len(e.input_ids) for e in batch]
+    ids = [list(e.input_ids) + [pad_id] * n for e, n in zip(batch, pad, strict=True)]
+    labels = [list(e.labels) + [IGNORE] * n for e, n in zip(batch, pad, strict=True)]
+    mask = [[1] * len(e.input_ids) + [0] * n for e, n in zip(batch, pad, strict=True)]
+    return {
+        name: torch.tensor(rows, dtype=torch.long, device=device)
+        for name, rows in (("input_ids", ids), ("labels", labels), ("attention_mask", mask))
+    }
+
+
+def train_loop(
+    model: Any, examples: tuple[Encoded, ...], config: LoraTrainingConfig, pad_id: int
+) -> list[dict]:
+    """Seeded AdamW over `epochs` passes; one record per optimizer step."""
+    import torch
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=config.learning_rate)
+    rng = random.Random(config.seed)
+    steps: list[dict] = []
+    for epoch in range(config.epochs):
+        epoch_batches = batches(examples, config.batch_size, rng)
+        for start in range(0, len(epoch_batches), config.grad_accum):
+            group = epoch_batches[start : start + config.grad_accum]
+            began = time.monotonic()
+            losses = []
+            for batch in group:
+                loss = model(**collate(batch, pad_id, config.device)).loss
+                (loss / len(group)).backward()
+                losses.append(loss.item())
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            step = {
+                "step": len(steps) + 1,
+                "epoch": epoch,
+                "loss": sum(losses) / len(losses),
+                "tokens": sum(e.completion_tokens for b in group for e in b),
+                "seconds": time.monotonic() - began,
+            }
+            steps.append(step)
+            log.info("step %(step)d epoch %(epoch)d loss %(loss).4f (%(seconds).2fs)", step)
+    return steps
+
+
+def save_adapter(model: Any, base: str, adapter_dir: Path) -> None:
+    """save_pretrained into a side folder, then rename: a half-written adapter never appears."""
+    partial = adapter_dir.with_name(adapter_dir.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    model.peft_config["default"].base_model_name_or_path = base
+    model.save_pretrained(str(partial))
+    partial.rename(adapter_dir)
+
+
+def run(spec: dict[str, Any]) -> dict[str, Any]:
+    """Encode, train, save; returns the metrics written next to the adapter."""
+    from transformers import AutoTokenizer
+
+    started = time.monotonic()
+    config = LoraTrainingConfig.from_dict(spec["config"])
+    raw = json.loads(Path(spec["examples"]).read_text())
+    tokenizer = AutoTokenizer.from_pretrained(spec["base"])
+    data = encode_examples(tokenizer, [SFTExample.from_dict(d) for d in raw], config.max_length)
+    log.info(
+        "%d examples (%d skipped: completion > max_length=%d)", len(raw), data.skipped, config.max_length
+    )
+    if not data.examples:
+        raise TrainingError(f"no example fits max_length={config.max_length}; raise max_length")
+    model = load_model(spec["base"], spec["parent"], config)
+    pad_id = next((i for i in (tokenizer.pad_token_id, tokenizer.eos_token_id) if i is not None), 0)
+    trained = time.monotonic()
+    steps = train_loop(model, data.examples, config, pad_id)
+    train_seconds = time.monotonic() - trained
+    save_adapter(model, spec["base"], Path(spec["adapter_dir"]))
+    return {
+        "loss": sum(s["loss"] for s in steps) / len(steps),
+        "examples": len(data.examples),
+        "skipped": data.skipped,
+        "tokens": data.completion_tokens,
+        "tokens_trained": sum(s["tokens"] for s in steps),
+        "train_seconds": train_seconds,
+        "seconds_per_step": train_seconds / len(steps),
+        "seconds": time.monotonic() - started,
+        "steps": steps,
+        "config": config.to_dict(),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    spec = json.loads(Path(args[0]).read_text())
+    metrics = run(spec)
+    Path(spec["metrics"]).write_text(json.dumps(metrics, indent=2))
+    log.info("adapter saved to %s (mean loss %.4f)", spec["adapter_dir"], metrics["loss"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
