@@ -3,7 +3,7 @@
 People and proposers read the same files, so the layout is plain:
 
     <archive>/c0007/harness.py     the candidate's source
-    <archive>/c0007/meta.json      name, parent, hypothesis, iteration, status, scores, cost
+    <archive>/c0007/meta.json      name, parent, hypothesis, iteration, status (stage, reason), scores, cost
     <archive>/c0007/traces.jsonl   full rollout traces (smoke_traces.jsonl for the smoke run)
     <archive>/c0007/diff.patch     unified diff against its parent
     <archive>/archive.jsonl        one summary line per candidate (appended, flushed)
@@ -67,7 +67,12 @@ class CandidateCost:
 
 @dataclass(frozen=True)
 class CandidateMeta:
-    """What the archive knows about one candidate; `stage` names where an invalid one failed."""
+    """What the archive knows about one candidate.
+
+    For an invalid one, `stage` names where it failed and `reason` why, when it was stopped or
+    crashed (one of whale_dspy.sandbox.FAILURE_REASONS: timeout, memory, forbidden import,
+    forbidden call, crash, output limit); its score is 0.
+    """
 
     name: str
     iteration: int
@@ -78,6 +83,7 @@ class CandidateMeta:
     status: str
     stage: str | None = None
     error: str | None = None
+    reason: str | None = None
     scores: CandidateScores = field(default_factory=CandidateScores)
     cost: CandidateCost = field(default_factory=CandidateCost)
 

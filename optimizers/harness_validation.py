@@ -1,10 +1,14 @@
 """Cheap checks a candidate harness must pass before it is evaluated on search tasks.
 
-Order: it parses and defines `build`; it imports only allowed modules; in
-prompt-only mode it changes nothing but prompt text; it loads; and it answers
-the smoke tasks without a harness bug. Every failure names its stage so the
-archive says where a candidate broke. `check_imports` is the one place the
-sandbox's stricter allowlist plugs in.
+Order: it parses and defines `build`; it imports only allowed modules and
+names no forbidden builtin or attribute (the sandbox's own syntax-tree check,
+`whale_dspy.sandbox.check_imports`, with the project's one allowlist); in
+prompt-only mode it changes nothing but prompt text. These run on the syntax
+tree in the parent and never execute the candidate. Loading it, building it
+from the given tools and answering the smoke tasks happen inside the
+evaluator (a sandboxed evaluator's child process). Every failure names its
+stage, and a contained failure its reason, so the archive says where and why
+a candidate broke.
 """
 
 from __future__ import annotations
@@ -13,66 +17,52 @@ import ast
 import builtins
 import contextvars
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 from whale_dspy.errors import HarnessError
 from whale_dspy.harness import HarnessSource, check_syntax
 from whale_dspy.records import Rollout
+from whale_dspy.sandbox import ALLOWED_IMPORTS, check_imports, classify_failure
+from whale_dspy.sandbox.limits import FAILURES
 
 T = TypeVar("T")
 
-ALLOWED_IMPORTS = frozenset(
-    {
-        "__future__",
-        "chess",
-        "collections",
-        "dataclasses",
-        "dspy",
-        "enum",
-        "functools",
-        "harness_programs",
-        "itertools",
-        "json",
-        "math",
-        "pydantic",
-        "random",
-        "re",
-        "statistics",
-        "string",
-        "textwrap",
-        "typing",
-    }
+STAGES = (
+    "parse",
+    "imports",
+    "calls",
+    "prompt_only",
+    "load",
+    "build",
+    "smoke",
+    "timeout",
+    "evaluation",
+    "duplicate",
 )
-"""Top-level packages a harness may import (a minimal check until the sandbox's allowlist lands)."""
 
-STAGES = ("parse", "imports", "prompt_only", "load", "build", "smoke", "timeout", "evaluation", "duplicate")
+CONTAINED_ERRORS = frozenset(cls.__name__ for cls in FAILURES.values()) | {"MemoryError"}
+"""Rollout error types that mean the candidate was stopped (sandbox limit, guard, crash of its process)."""
 
 
 class CandidateRejected(HarnessError):
-    """A candidate failed validation at `stage`; the archive records it with score 0."""
+    """A candidate failed at `stage`; the archive records it with score 0 and, when known, the
+    `reason` (one of whale_dspy.sandbox.FAILURE_REASONS)."""
 
-    def __init__(self, stage: str, message: str):
+    def __init__(self, stage: str, message: str, reason: str | None = None):
         super().__init__(message)
         self.stage = stage
+        self.reason = reason
 
 
-def check_imports(tree: ast.Module, allowed: frozenset[str] = ALLOWED_IMPORTS) -> None:
-    """Raise CandidateRejected when the source imports a module outside the allowlist."""
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            names = [node.module or ""] if node.level == 0 else []
-        else:
-            continue
-        for name in names:
-            if name.split(".")[0] not in allowed:
-                raise CandidateRejected(
-                    "imports",
-                    f"line {node.lineno}: import of {name!r} is not allowed; allowed: "
-                    + ", ".join(sorted(allowed)),
-                )
+def check_static_imports(source: HarnessSource, allowed: Iterable[str] = ALLOWED_IMPORTS) -> None:
+    """Raise CandidateRejected (stage imports or calls) when the syntax tree breaks the allowlist."""
+    violations = [v for v in check_imports(source.code, allowed) if "syntax error" not in v]
+    if not violations:
+        return
+    if any("forbidden import" in v for v in violations):
+        raise CandidateRejected("imports", "; ".join(violations), "forbidden import")
+    raise CandidateRejected("calls", "; ".join(violations), "forbidden call")
 
 
 class _BlankStrings(ast.NodeTransformer):
@@ -95,15 +85,20 @@ def prompt_only_violation(parent_code: str, code: str) -> str | None:
     )
 
 
-def check_static(source: HarnessSource, *, prompt_only_parent: str | None = None) -> None:
-    """Parse, import and (optionally) prompt-only checks; raise CandidateRejected naming the stage."""
+def check_static(
+    source: HarnessSource,
+    *,
+    prompt_only_parent: str | None = None,
+    allowed: Iterable[str] = ALLOWED_IMPORTS,
+) -> None:
+    """Parse, allowlist and (optionally) prompt-only checks; raise CandidateRejected naming the stage."""
     if not source.code.strip():
         raise CandidateRejected("parse", "the proposer returned no code")
     try:
-        tree = check_syntax(source)
+        check_syntax(source)
     except HarnessError as error:
         raise CandidateRejected("parse", str(error)) from error
-    check_imports(tree)
+    check_static_imports(source, allowed)
     if prompt_only_parent is not None:
         reason = prompt_only_violation(prompt_only_parent, source.code)
         if reason:
@@ -126,12 +121,45 @@ def is_harness_bug(error: str | None) -> bool:
     return isinstance(exception, type) and issubclass(exception, Exception)
 
 
+def contained_failure(error: str | None) -> str | None:
+    """The reason a rollout's candidate was stopped (timeout, memory, forbidden import/call, output
+    limit, crash of its process), or None when the error is not a contained failure."""
+    if not error or error.split(":", 1)[0].strip() not in CONTAINED_ERRORS:
+        return None
+    return classify_failure(error)
+
+
+def failure_reason(error: str | None) -> str | None:
+    """Why a rollout's error disqualifies the candidate: a contained failure's reason, "crash" for a
+    harness bug, None for everything else (a model-format error such as AdapterParseError)."""
+    return contained_failure(error) or ("crash" if is_harness_bug(error) else None)
+
+
+def _stage_of(error: str) -> str:
+    if "failed to load" in error:
+        return "load"
+    return "build" if "build() failed" in error else "smoke"
+
+
 def check_smoke(rollouts: Sequence[Rollout]) -> None:
-    """Raise CandidateRejected (stage build or smoke) when a smoke rollout hit a harness bug."""
+    """Raise CandidateRejected (stage load, build or smoke) when a smoke rollout hit a harness bug
+    or a contained failure; the reason says which."""
     for rollout in rollouts:
-        if is_harness_bug(rollout.error):
-            stage = "build" if "build() failed" in str(rollout.error) else "smoke"
-            raise CandidateRejected(stage, f"task {rollout.task_id}: {rollout.error}")
+        reason = failure_reason(rollout.error)
+        if reason:
+            stage = _stage_of(str(rollout.error))
+            raise CandidateRejected(stage, f"task {rollout.task_id}: {rollout.error}", reason)
+
+
+def check_evaluation(rollouts: Sequence[Rollout]) -> None:
+    """Raise CandidateRejected (stage evaluation) when the candidate was stopped during its evaluation.
+
+    A harness bug on some tasks only costs those tasks' scores; a contained failure (a limit, the
+    guard) stops the candidate, so it scores 0 with the reason."""
+    for rollout in rollouts:
+        reason = contained_failure(rollout.error)
+        if reason:
+            raise CandidateRejected("evaluation", f"task {rollout.task_id}: {rollout.error}", reason)
 
 
 def run_with_timeout(function: Callable[[], T], timeout_s: float, what: str) -> T:
@@ -153,7 +181,7 @@ def run_with_timeout(function: Callable[[], T], timeout_s: float, what: str) -> 
     thread.start()
     thread.join(timeout_s)
     if thread.is_alive():
-        raise CandidateRejected("timeout", f"{what} did not finish within {timeout_s:g} s")
+        raise CandidateRejected("timeout", f"{what} did not finish within {timeout_s:g} s", "timeout")
     if "error" in outcome:
         raise outcome["error"]
     return outcome["value"]

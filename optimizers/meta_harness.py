@@ -8,6 +8,14 @@ caller decides when to stop); `compile()` runs the config's patience rule.
 Every candidate of a phase runs on the same search tasks with the same rollout
 ids (common random numbers), so score differences come from the code, not the
 draw; identical sources are deduplicated by digest instead of re-evaluated.
+
+Candidate code is untrusted. The parent only parses it (syntax, allowlist,
+prompt-only checks on the syntax tree); loading it, building it from the
+task's tools, the smoke tasks and the evaluation all happen in the
+evaluator, by default a `SandboxedEvaluator` that runs each candidate in one
+contained child process. A candidate that breaks a limit, the allowlist or
+simply crashes is archived invalid with its stage and reason, scores 0, and
+the search goes on.
 """
 
 from __future__ import annotations
@@ -32,21 +40,40 @@ from optimizers.archive import (
     CandidateScores,
     HarnessArchive,
 )
-from optimizers.harness_validation import CandidateRejected, check_smoke, check_static, run_with_timeout
+from optimizers.harness_validation import (
+    CandidateRejected,
+    check_evaluation,
+    check_smoke,
+    check_static,
+    run_with_timeout,
+)
 from optimizers.meta_harness_config import MetaHarnessConfig, MetaHarnessReport, stop_reason
 from optimizers.signals import HarnessIteration
-from whale_dspy.errors import ConfigError, HarnessError
-from whale_dspy.evaluation import EvalReport, InProcessEvaluator
+from whale_dspy.errors import ConfigError
+from whale_dspy.evaluation import EvalReport
 from whale_dspy.harness import HarnessProgram, HarnessSource, rename
 from whale_dspy.jsonl import read_jsonl
 from whale_dspy.protocols import CandidateEvaluator, HarnessProposer
 from whale_dspy.records import Rollout
+from whale_dspy.sandbox import ALLOWED_IMPORTS, SandboxedEvaluator, SandboxLimits
 from whale_dspy.seeding import derive_seed
 
 log = logging.getLogger(__name__)
 
 ROOT = "c0000"
 """The archive name of the incoming harness h0 (iteration 0)."""
+
+TASK_SECONDS = 300.0
+"""The default sandbox's wall clock per rollout: generous, as one CPU LM call can take many seconds."""
+
+STAGE_GRACE_S = 30.0
+"""Extra seconds the parent waits past a sandbox's own limits, so the sandbox records the reason."""
+
+
+def sandboxed_evaluator(config: MetaHarnessConfig, **changes: Any) -> SandboxedEvaluator:
+    """The default evaluator: one contained child per candidate and stage, sized by the config."""
+    limits = {"task_seconds": TASK_SECONDS, "candidate_seconds": config.timeout_s, "threads": config.threads}
+    return SandboxedEvaluator(SandboxLimits(**{**limits, **changes}))
 
 
 def _scores_and_cost(report: EvalReport, rollouts: list[Rollout], smoke: int) -> tuple:
@@ -86,7 +113,7 @@ class MetaHarness(Teleprompter):
         self.archive_dir = Path(archive_dir)
         self.config = config or MetaHarnessConfig()
         self.lm = lm
-        self.evaluator = evaluator or InProcessEvaluator(threads=self.config.threads)
+        self.evaluator = evaluator if evaluator is not None else sandboxed_evaluator(self.config)
         self.report: MetaHarnessReport | None = None
 
     # -- compile: the patience rule over the phase ------------------------------------------
@@ -214,14 +241,25 @@ class MetaHarness(Teleprompter):
         else:
             meta = self._validate_and_evaluate(archive, base, source, student, lm, tasks)
         archive.commit(source, meta)
-        log.info("%s (%s): %s %.3f %s", name, meta.proposer, meta.status, meta.scores.mean, meta.error or "")
+        log.info(
+            "%s (%s): %s%s %.3f %s",
+            name,
+            meta.proposer,
+            meta.status,
+            f" ({meta.reason})" if meta.reason else "",
+            meta.scores.mean,
+            meta.error or "",
+        )
         return meta
 
     def _validate_and_evaluate(self, archive, base, source, student, lm, tasks) -> CandidateMeta:
+        """Static checks here (syntax tree only); loading, building and running in the evaluator."""
         staging = archive.staging(base.name)
         try:
-            check_static(source, prompt_only_parent=self._prompt_parent(archive, source))
-            program = run_with_timeout(lambda: self._load(student, source), self.config.timeout_s, "load")
+            check_static(
+                source, prompt_only_parent=self._prompt_parent(archive, source), allowed=self._allowed()
+            )
+            program = student.with_source(source)  # lazy: nothing of the candidate runs here
             smoke = []
             if self.config.smoke_tasks:
                 smoke = self._run(program, tasks[: self.config.smoke_tasks], lm, 1, staging / SMOKE_FILE)[1]
@@ -229,12 +267,14 @@ class MetaHarness(Teleprompter):
             report, rollouts = self._run(
                 program, tasks, lm, self.config.rollouts_per_task, staging / TRACES_FILE
             )
+            check_evaluation(rollouts)
         except CandidateRejected as rejected:
             spent = sum(len(list(read_jsonl(staging / f))) for f in (SMOKE_FILE, TRACES_FILE))
             return replace(
                 base,
                 status="invalid",
                 stage=rejected.stage,
+                reason=rejected.reason,
                 error=str(rejected),
                 cost=CandidateCost(rollouts=spent),
             )
@@ -247,12 +287,21 @@ class MetaHarness(Teleprompter):
         parent = source.parent if source.parent in archive else ROOT
         return archive.source(parent).code
 
-    @staticmethod
-    def _load(student: HarnessProgram, source: HarnessSource) -> HarnessProgram:
-        try:
-            return student.with_source(source)
-        except HarnessError as error:
-            raise CandidateRejected("load", str(error)) from error
+    def _limits(self) -> SandboxLimits | None:
+        limits = getattr(self.evaluator, "limits", None)
+        return limits if isinstance(limits, SandboxLimits) else None
+
+    def _allowed(self) -> frozenset[str]:
+        """The sandbox's allowlist when the evaluator has one, else the project's."""
+        limits = self._limits()
+        return limits.allowed_imports if limits is not None else ALLOWED_IMPORTS
+
+    def _stage_timeout(self) -> float:
+        """The parent's guard per evaluator call; a sandbox's own limits fire first and say why."""
+        limits = self._limits()
+        if limits is None:
+            return self.config.timeout_s
+        return max(self.config.timeout_s, limits.candidate_seconds) + limits.startup_seconds + STAGE_GRACE_S
 
     def _run(self, program, examples, lm, k: int, trace_path: Path):
         """One guarded evaluator call; the namespace is shared so candidates see the same draws."""
@@ -269,10 +318,13 @@ class MetaHarness(Teleprompter):
                     trace_path=trace_path,
                     temperature=self.config.temperature,
                 )
+            except ConfigError:
+                raise  # the caller's setup (the signature, the LM), not the candidate
             except Exception as error:
-                raise CandidateRejected("evaluation", f"{type(error).__name__}: {error}") from error
+                message = f"{type(error).__name__}: {error}"
+                raise CandidateRejected("evaluation", message, "crash") from error
 
-        return run_with_timeout(call, self.config.timeout_s, f"evaluation of {program.source.name}")
+        return run_with_timeout(call, self._stage_timeout(), f"evaluation of {program.source.name}")
 
     # -- signals ----------------------------------------------------------------------------
 
@@ -304,4 +356,11 @@ class MetaHarness(Teleprompter):
         return student.with_source(archive.source(best[0].name) if best else student.source)
 
 
-__all__ = ["ROOT", "MetaHarness", "MetaHarnessConfig", "MetaHarnessReport", "stop_reason"]
+__all__ = [
+    "ROOT",
+    "MetaHarness",
+    "MetaHarnessConfig",
+    "MetaHarnessReport",
+    "sandboxed_evaluator",
+    "stop_reason",
+]

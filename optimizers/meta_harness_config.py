@@ -16,7 +16,8 @@ class MetaHarnessConfig:
     """candidates: M per iteration (WHALE 3); tasks: search tasks per candidate; rollouts_per_task:
     samples per task (WHALE 1); min_iterations/patience/max_iterations: compile's stopping rule
     (WHALE 5/2/15); smoke_tasks: tasks a candidate must survive before its evaluation;
-    prompt_only: reject changes beyond prompt text; timeout_s: wall-clock guard per stage."""
+    prompt_only: reject changes beyond prompt text; timeout_s: wall-clock guard per stage (smoke,
+    evaluation), also the default sandbox's limit per candidate child; threads: concurrent rollouts."""
 
     candidates: int = 3
     tasks: int = 20

@@ -41,9 +41,9 @@ from optimizers.phases import HarnessPhase, PhaseDriver, WeightPhase, harness_dr
 from optimizers.schedules import Schedule
 from optimizers.whale_report import WhaleReport, report_from_state
 from whale_dspy.errors import BackendError, ConfigError
-from whale_dspy.evaluation import evaluate
+from whale_dspy.evaluation import InProcessEvaluator
 from whale_dspy.harness import HarnessProgram, source_of
-from whale_dspy.protocols import InferenceBackend
+from whale_dspy.protocols import CandidateEvaluator, InferenceBackend
 from whale_dspy.records import AdapterRef
 from whale_dspy.rollouts import Metric
 from whale_dspy.rundir import RunDir
@@ -79,6 +79,7 @@ class WhaleOptimizer(Teleprompter):
         method: str | Method = "whale",
         eval_k: int = 8,
         eval_threads: int = 8,
+        evaluator: CandidateEvaluator | None = None,
         config: dict[str, Any] | None = None,
         on_event: Callable[[dict[str, Any]], None] | None = None,
     ):
@@ -94,7 +95,8 @@ class WhaleOptimizer(Teleprompter):
         self.backend, self.metric, self.schedule = backend, metric, schedule
         self.weight_phase, self.harness_phase = weight_phase, harness_phase
         self.run_dir, self.eval_every, self.eval_k = Path(run_dir), eval_every, eval_k
-        self.eval_threads = eval_threads
+        # Searched harnesses are model-written code: pass the sandboxed evaluator to score them contained.
+        self.evaluator = evaluator or InProcessEvaluator(threads=eval_threads)
         self.extra_config, self.on_event = dict(config or {}), on_event
         self.report: WhaleReport | None = None
 
@@ -262,12 +264,12 @@ class WhaleOptimizer(Teleprompter):
             return
         trace = recorder.run.subdir("evals") / f"{data.eval_split}-{spent:08d}.jsonl"
         trace.unlink(missing_ok=True)  # an evaluation interrupted by a crash starts over
-        result, _ = evaluate(
+        result, _ = self.evaluator.evaluate(
             program,
             data.evalset,
             metric=self.metric,
+            lm=program.bound_lm,
             k=self.eval_k,
-            threads=self.eval_threads,
             namespace=f"{EVAL_NAMESPACE}-{data.eval_split}",
             trace_path=trace,
         )

@@ -15,6 +15,7 @@ import dspy
 
 from optimizers.archive import HarnessArchive
 from optimizers.meta_harness import MetaHarness, MetaHarnessConfig
+from whale_dspy.evaluation import InProcessEvaluator
 from whale_dspy.harness import HarnessProgram, HarnessSource
 from whale_dspy.testing.scripted_lm import ScriptedLM
 
@@ -120,7 +121,12 @@ def archive_with(path, batches: Sequence[Sequence[HarnessSource]] = (), h0: str 
     """An archive holding h0 (TOY) plus the scripted batches, one iteration each, with real traces."""
     config = MetaHarnessConfig(candidates=8, tasks=4, threads=2, timeout_s=30)
     optimizer = MetaHarness(
-        proposer=ScriptedProposer(batches), metric=exact, archive_dir=path, lm=lm(), config=config
+        proposer=ScriptedProposer(batches),
+        metric=exact,
+        archive_dir=path,
+        lm=lm(),
+        config=config,
+        evaluator=InProcessEvaluator(threads=2),  # trusted toy harnesses: no sandbox needed
     )
     for _ in itertools.islice(optimizer.iterations(student(h0), tasks()), len(batches) + 1):
         pass

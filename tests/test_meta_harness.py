@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from types import SimpleNamespace
 
 import pytest
 from meta_harness_helpers import (
@@ -22,6 +23,14 @@ from meta_harness_helpers import (
 )
 
 from optimizers.archive import HarnessArchive
+from optimizers.harness_validation import (
+    CandidateRejected,
+    check_evaluation,
+    check_smoke,
+    check_static,
+    contained_failure,
+    failure_reason,
+)
 from optimizers.meta_harness import MetaHarness, MetaHarnessConfig, stop_reason
 from optimizers.signals import HarnessIteration
 from whale_dspy.errors import ConfigError
@@ -44,7 +53,12 @@ def config(**overrides) -> MetaHarnessConfig:
 def search(tmp_path, batches, **overrides) -> tuple[MetaHarness, ScriptedProposer]:
     proposer = ScriptedProposer(batches)
     optimizer = MetaHarness(
-        proposer=proposer, metric=exact, archive_dir=tmp_path / "archive", lm=lm(), config=config(**overrides)
+        proposer=proposer,
+        metric=exact,
+        archive_dir=tmp_path / "archive",
+        lm=lm(),
+        config=config(**overrides),
+        evaluator=InProcessEvaluator(threads=2),  # fast; tests/test_meta_harness_sandbox.py runs contained
     )
     return optimizer, proposer
 
@@ -86,6 +100,55 @@ def test_broken_and_hanging_candidates_are_archived_with_their_stage(tmp_path):
     assert signals[1].candidates == 8 and signals[1].valid == 1
     assert signals[1].best_score == 1.0 and signals[1].best_name == "c0008"
     assert "undefined_name" in archive.get("c0005").error
+    reasons = [m.reason for m in archive.candidates if not m.valid]
+    assert reasons == [None, None, "forbidden import", "crash", "crash", None, "timeout"]
+
+
+def test_static_checks_use_the_sandbox_allowlist_without_executing():
+    with pytest.raises(CandidateRejected) as rejected:
+        check_static(source(TOY.replace("import dspy\n", "import dspy\nimport os\n", 1)))
+    assert (rejected.value.stage, rejected.value.reason) == ("imports", "forbidden import")
+    with pytest.raises(CandidateRejected) as rejected:
+        check_static(source(TOY.replace('INSTRUCTIONS = "', 'INSTRUCTIONS = eval("1") or "')))
+    assert (rejected.value.stage, rejected.value.reason) == ("calls", "forbidden call")
+    with pytest.raises(CandidateRejected, match="forbidden import"):
+        check_static(source(TOY), allowed={"__future__"})
+    check_static(source(GOOD))
+
+
+@pytest.mark.parametrize(
+    ("error", "reason", "contained"),
+    [
+        ("SandboxTimeout: a task ran past its 4 s limit", "timeout", True),
+        ("SandboxMemoryError: ...", "memory", True),
+        ("MemoryError: ", "memory", True),
+        ("ForbiddenImport: module 'os'", "forbidden import", True),
+        ("ForbiddenCall: open", "forbidden call", True),
+        ("OutputLimitExceeded: too much", "output limit", True),
+        ("SandboxCrash: the sandbox exited with code -9", "crash", True),
+        ("RuntimeError: boom", "crash", False),
+        ("HarnessError: harness c1: build() failed: KeyError: 'x'", "crash", False),
+        ("AdapterParseError: the LM's reply has no answer field", None, False),  # the model's, not a bug
+        (None, None, False),
+    ],
+)
+def test_rollout_errors_map_to_archive_reasons(error, reason, contained):
+    assert failure_reason(error) == reason
+    assert (contained_failure(error) is not None) == contained
+    rollouts = [SimpleNamespace(task_id="t0", error=error)]
+    if reason:
+        with pytest.raises(CandidateRejected) as rejected:
+            check_smoke(rollouts)
+        assert rejected.value.reason == reason
+        assert rejected.value.stage == ("build" if "build() failed" in error else "smoke")
+    else:
+        check_smoke(rollouts)
+    if contained:
+        with pytest.raises(CandidateRejected) as rejected:
+            check_evaluation(rollouts)
+        assert (rejected.value.stage, rejected.value.reason) == ("evaluation", reason)
+    else:
+        check_evaluation(rollouts)  # a harness bug on some tasks only costs those tasks
 
 
 def test_candidate_folder_has_source_meta_traces_and_diff(tmp_path):

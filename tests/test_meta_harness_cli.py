@@ -11,6 +11,8 @@ from rich.console import Console
 
 from whale_dspy.cli import search
 from whale_dspy.errors import ConfigError
+from whale_dspy.evaluation import InProcessEvaluator
+from whale_dspy.sandbox import SandboxedEvaluator
 from whale_dspy.testing.fake_backend import FakeBackend
 from whale_dspy.testing.scripted_lm import ScriptedLM
 
@@ -37,7 +39,7 @@ def test_bad_arguments_fail_before_any_server(argv, message):
 
 def test_search_on_a_fake_backend_writes_archive_and_test_report(tmp_path):
     argv = ("--domain", "math", "--tasks", "3", "--test-tasks", "2", "--iterations", "1", "--eval-k", "1")
-    args = parse(*argv, "--candidates", "2", "--threads", "2", "--run-dir", str(tmp_path))
+    args = parse(*argv, "--candidates", "2", "--threads", "2", "--run-dir", str(tmp_path), "--no-sandbox")
     setup = search.prepare(args)
     assert setup["source"].name == "math_h0" and len(setup["searchset"]) == 3
     out = io.StringIO()
@@ -48,3 +50,14 @@ def test_search_on_a_fake_backend_writes_archive_and_test_report(tmp_path):
     assert "h0" in report["test"] and report["test"]["h0"]["rollouts"] == 2
     assert (tmp_path / "archive" / "c0000" / "harness.py").exists()
     assert "Meta-Harness iterations" in out.getvalue() and "held-out test" in out.getvalue()
+
+
+def test_search_is_sandboxed_unless_told_otherwise():
+    setup = search.prepare(parse("--domain", "math", "--threads", "3"))
+    contained = search.search_evaluator(parse("--domain", "math", "--threads", "3"), setup["config"])
+    assert isinstance(contained, SandboxedEvaluator) and contained.limits.threads == 3
+    trusted = search.search_evaluator(parse("--domain", "math", "--no-sandbox"), setup["config"])
+    assert isinstance(trusted, InProcessEvaluator)
+    held_out = search.held_out_evaluator(contained, rollouts=80)  # 27 waves of 3 rollouts
+    assert held_out.limits.candidate_seconds >= 27 * contained.limits.task_seconds
+    assert search.held_out_evaluator(trusted, rollouts=80) is trusted

@@ -21,6 +21,7 @@ from optimizers.rft_config import RFTConfig
 from optimizers.schedules import Fixed
 from optimizers.whale import WhaleOptimizer
 from whale_dspy.cli.wiring import MetaHarnessPhase, RFTPhase
+from whale_dspy.evaluation import InProcessEvaluator
 from whale_dspy.harness import HarnessProgram, HarnessSource
 from whale_dspy.rundir import RunDir
 from whale_dspy.testing.fake_backend import FakeBackend
@@ -62,6 +63,7 @@ def compile_real(run_dir, *, on_event=None, budget=70):
         metric=exact,
         archive_dir=run_dir / "unused",
         config=MetaHarnessConfig(candidates=2, tasks=3, smoke_tasks=1, threads=2, timeout_s=30),
+        evaluator=InProcessEvaluator(threads=2),
     )
     optimizer = WhaleOptimizer(
         backend=server,

@@ -4,23 +4,29 @@ Everything that can be wrong with the arguments (domain, proposer, harness,
 config) is checked before the server starts. The archive lands in
 RUN_DIR/archive; RUN_DIR/search_report.json holds the search report and the
 test scores of h0 and of the best harness.
+
+Candidate code runs contained: every evaluation (the search's and the held-out
+test's) goes through a SandboxedEvaluator, one confined child process per
+candidate, unless --no-sandbox asks for in-process evaluation (trusted code
+only; faster).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-from whale_dspy.evaluation import evaluate
+from whale_dspy.evaluation import InProcessEvaluator
 from whale_dspy.harness import HarnessProgram, HarnessSource
 from whale_dspy.jsonl import atomic_write_json
-from whale_dspy.protocols import InferenceBackend
+from whale_dspy.protocols import CandidateEvaluator, InferenceBackend
 
 DATA_SEED = 0
 
@@ -45,6 +51,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--prompt-only", dest="prompt_only", action="store_true", help="prompt edits only")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=8)
+    parser.add_argument(
+        "--no-sandbox",
+        dest="sandbox",
+        action="store_false",
+        help="run candidate harness code in this process (trusted code only; faster)",
+    )
     parser.add_argument("--run-dir", dest="run_dir", type=Path, default=None, help="default runs/search-...")
     parser.set_defaults(func=run)
 
@@ -80,6 +92,25 @@ def prepare(args: argparse.Namespace) -> dict[str, Any]:
         "testset": domain.load("test", args.test_tasks, DATA_SEED),
         "run_dir": args.run_dir or Path("runs") / f"search-{args.domain}-{time.strftime('%Y%m%d-%H%M%S')}",
     }
+
+
+def search_evaluator(args: argparse.Namespace, config: Any) -> CandidateEvaluator:
+    """The search's evaluator: the sandbox by default, in process with --no-sandbox."""
+    from optimizers.meta_harness import sandboxed_evaluator
+
+    if getattr(args, "sandbox", True):
+        return sandboxed_evaluator(config)
+    return InProcessEvaluator(threads=args.threads)
+
+
+def held_out_evaluator(evaluator: CandidateEvaluator, rollouts: int) -> CandidateEvaluator:
+    """The held-out test's evaluator: the search's, with room for `rollouts` rollouts per harness."""
+    limits = getattr(evaluator, "limits", None)
+    if limits is None:
+        return evaluator
+    waves = math.ceil(rollouts / limits.threads)  # worst case: every wave takes its full task limit
+    seconds = max(limits.candidate_seconds, waves * limits.task_seconds + limits.startup_seconds)
+    return type(evaluator)(replace(limits, candidate_seconds=seconds))
 
 
 def iteration_table(report: Any) -> Table:
@@ -149,6 +180,7 @@ def search(
         metric=domain.metric,
         archive_dir=run_dir / "archive",
         config=setup["config"],
+        evaluator=search_evaluator(args, setup["config"]),
     )
     best = optimizer.compile(student, trainset=setup["searchset"])
     console.print(iteration_table(best.report))
@@ -156,9 +188,10 @@ def search(
     if best.source.digest != student.source.digest:
         programs[f"best ({best.source.name})"] = best
     results = {}
-    for label, program in programs.items():
-        report, _ = evaluate(
-            program, setup["testset"], metric=domain.metric, k=args.eval_k, threads=args.threads,
+    evaluator = held_out_evaluator(optimizer.evaluator, len(setup["testset"]) * args.eval_k)
+    for label, program in programs.items():  # the best harness is candidate code: contained as well
+        report, _ = evaluator.evaluate(
+            program, setup["testset"], metric=domain.metric, lm=program.bound_lm, k=args.eval_k,
             namespace="search-test", trace_path=run_dir / f"test_{label.split()[0]}.jsonl",
         )  # fmt: skip
         results[label] = {key: value for key, value in report.to_dict().items() if key != "per_task"}

@@ -22,6 +22,8 @@ from whale_dspy.protocols import Domain, InferenceBackend
 from whale_dspy.rundir import RunDir
 
 PRESETS = ("cpu", "gpu")
+EVAL_SECONDS = 6 * 3600
+"""Wall-clock cap of one contained checkpoint evaluation (k samples of every test task on a CPU)."""
 DATA_SEED = 0
 """Task subsampling does not follow --seed: every method and seed sees the same tasks."""
 
@@ -167,7 +169,7 @@ class MetaHarnessPhase:
 
 def make_phases(settings: RunSettings, backend: InferenceBackend, metric: Callable, run_dir: Path) -> tuple:
     """(weight phase, harness phase, their configs) sized by the preset."""
-    from optimizers.meta_harness import MetaHarness, MetaHarnessConfig
+    from optimizers.meta_harness import MetaHarness, MetaHarnessConfig, sandboxed_evaluator
     from optimizers.methods import get_method
     from optimizers.proposers import proposer_from_spec
     from optimizers.rft import RejectionSamplingFinetune
@@ -190,7 +192,13 @@ def make_phases(settings: RunSettings, backend: InferenceBackend, metric: Callab
         run_dir=RunDir(run_dir),
     )
     proposer = proposer_from_spec(settings.proposer, seed=settings.seed, prompt_only=prompt_only)
-    meta = MetaHarness(proposer=proposer, metric=metric, archive_dir=run_dir / "harness", config=meta_config)
+    meta = MetaHarness(
+        proposer=proposer,
+        metric=metric,
+        archive_dir=run_dir / "harness",
+        config=meta_config,
+        evaluator=sandboxed_evaluator(meta_config),  # candidate code runs in a contained child
+    )
     configs = {"rft": rft_config.to_dict(), "meta_harness": asdict(meta_config)}
     return RFTPhase(rft), MetaHarnessPhase(meta), configs
 
@@ -202,12 +210,15 @@ def make_optimizer(
     data: RunData,
     on_event: Callable[[dict[str, Any]], None] | None = None,
 ) -> Any:
+    from optimizers.meta_harness import sandboxed_evaluator
     from optimizers.methods import get_method
     from optimizers.schedules import parse_schedule
     from optimizers.whale import WhaleOptimizer
 
     method = get_method(settings.method, weight_share=settings.weight_share)
     weight, harness, configs = make_phases(settings, backend, data.domain.metric, run_dir)
+    # Checkpoint evaluations run searched (model-written) harnesses: contained, with room for k x tasks.
+    evaluator = sandboxed_evaluator(harness.meta.config, candidate_seconds=EVAL_SECONDS, threads=8)
     return WhaleOptimizer(
         backend=backend,
         metric=data.domain.metric,
@@ -216,6 +227,7 @@ def make_optimizer(
         run_dir=run_dir,
         eval_every=settings.every,
         eval_k=settings.eval_k,
+        evaluator=evaluator,
         weight_phase=weight,
         harness_phase=harness,
         method=method,
