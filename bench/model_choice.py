@@ -1,0 +1,84 @@
+"""Which embedded model, with or without constrained decoding, gives real signal on CPU?
+
+For each embedded model and each domain's seed harness, evaluates the test
+split with DSPy's ChatAdapter ("chat") and with JSONAdapter, which the server
+turns into schema-constrained decoding ("json"), in one run on one server per
+model. Prints parse rate, mean@k with its CI, completion tokens per rollout and
+rollouts per second as a Markdown table.
+
+    python bench/model_choice.py --models smollm2-135m qwen2.5-coder-0.5b --limit 10 --k 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import dspy  # noqa: E402
+
+from domains import get_domain  # noqa: E402
+from harness_programs import seed_harness_path  # noqa: E402
+from whale_dspy.backends import embedded_server  # noqa: E402
+from whale_dspy.evaluation import evaluate  # noqa: E402
+from whale_dspy.harness import HarnessProgram, HarnessSource  # noqa: E402
+
+FORMATS = {"chat": dspy.ChatAdapter, "json": dspy.JSONAdapter}
+
+
+def measure(model: str, domains: list[str], args: argparse.Namespace, out: Path) -> list[str]:
+    rows = []
+    with embedded_server(model, run_dir=out / model) as server:
+        lm = server.lm(max_tokens=args.max_tokens)
+        for name in domains:
+            domain = get_domain(name)
+            source = HarnessSource.from_path(seed_harness_path(name))
+            program = HarnessProgram(source, domain.signature, domain.tools, lm=lm)
+            tasks = domain.load("test", args.limit, 0)
+            for fmt, adapter in FORMATS.items():
+                with dspy.context(adapter=adapter()):
+                    report, _ = evaluate(
+                        program, tasks, metric=domain.metric, k=args.k, threads=args.threads,
+                        namespace=f"choice-{fmt}",
+                        trace_path=out / model / f"{name}-{fmt}.jsonl",
+                    )  # fmt: skip
+                row = (
+                    f"| {model} | {name} | {fmt} | {report.parse_rate:.0%} | {report.mean_at_k:.3f} "
+                    f"[{report.ci_low:.2f}, {report.ci_high:.2f}] | "
+                    f"{report.completion_tokens / max(report.rollouts, 1):.0f} | "
+                    f"{report.rollouts_per_second:.2f} |"
+                )
+                print(row, flush=True)
+                rows.append(row)
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="+", default=["smollm2-135m", "qwen2.5-coder-0.5b"])
+    parser.add_argument("--domains", nargs="+", default=["math", "search", "chess"])
+    parser.add_argument("--limit", type=int, default=10, help="test tasks per domain")
+    parser.add_argument("--k", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=8)
+    parser.add_argument("--max-tokens", type=int, default=256)
+    args = parser.parse_args()
+    out = Path(tempfile.mkdtemp(prefix="whale-model-choice-"))
+    print(f"# {time.strftime('%Y-%m-%d %H:%M')} limit={args.limit} k={args.k} traces in {out}")
+    print("| model | domain | output | parsed | mean@k [95% CI] | tokens/rollout | rollouts/s |")
+    print("|---|---|---|---|---|---|---|")
+    for model in args.models:
+        with contextlib.suppress(KeyboardInterrupt):
+            measure(model, args.domains, args, out)
+    print(f"# load average at end: {os.getloadavg()[0]:.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
