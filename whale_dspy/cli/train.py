@@ -1,0 +1,114 @@
+"""`whale train`: the weight phase alone (rejection-sampling fine-tuning) on one domain's train split.
+
+Starts the server (or uses --server-url), trains LoRA adapters on verified
+rollouts of a fixed harness, hot-loads each into the server, and prints one row
+per step. Adapters, traces, the event log and report.json land in the run dir.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import time
+from pathlib import Path
+from typing import Any
+
+PRESETS = ("cpu", "gpu")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("train", help="run the weight phase alone (RFT of a LoRA adapter)")
+    parser.add_argument("--domain", required=True, help="chess, math, math500, search or squad")
+    parser.add_argument("--model", default="smollm2-135m", help="embedded model name, local folder or hub id")
+    parser.add_argument(
+        "--harness", default=None, help="seed harness name or a harness .py file (default h0)"
+    )
+    parser.add_argument("--preset", choices=PRESETS, default="cpu", help="RFT sizes for a CPU or a GPU")
+    parser.add_argument("--steps", type=int, default=None, help="RFT steps (default: the preset's)")
+    parser.add_argument("--batch-size", dest="batch_size", type=int, default=None, help="tasks per step")
+    parser.add_argument("--k", type=int, default=None, help="rollouts per task")
+    parser.add_argument("--max-tokens", dest="max_tokens", type=int, default=None, help="per LM call")
+    parser.add_argument(
+        "--learning-rate", dest="learning_rate", type=float, default=None, help="LoRA AdamW lr"
+    )
+    parser.add_argument("--train-limit", dest="train_limit", type=int, default=None, help="at most N tasks")
+    parser.add_argument("--output-format", dest="output_format", choices=("chat", "json"), default="chat")
+    parser.add_argument("--server-url", dest="server_url", default=None, help="use a running server")
+    parser.add_argument("--seed", type=int, default=0, help="batch order and rollout ids")
+    parser.add_argument("--run-dir", dest="run_dir", type=Path, default=None, help="default runs/train-...")
+    parser.set_defaults(func=run)
+
+
+def rft_config_from(args: argparse.Namespace) -> Any:
+    """The preset with the flags given on the command line laid over it (validated by RFTConfig)."""
+    from optimizers.rft_config import RFTConfig
+
+    preset = RFTConfig.gpu_2b() if args.preset == "gpu" else RFTConfig.cpu_embedded()
+    overrides = {
+        name: getattr(args, name)
+        for name in ("steps", "batch_size", "k", "max_tokens")
+        if getattr(args, name) is not None
+    }
+    if args.learning_rate is not None:
+        overrides["training"] = dataclasses.replace(preset.training, learning_rate=args.learning_rate)
+    return dataclasses.replace(preset, seed=args.seed, **overrides)
+
+
+def run(args: argparse.Namespace) -> int:
+    from domains import get_domain
+    from optimizers.rft import RejectionSamplingFinetune
+    from whale_dspy.cli.eval import adapter_context, open_backend, resolve_harness
+    from whale_dspy.harness import HarnessProgram
+    from whale_dspy.jsonl import atomic_write_json
+    from whale_dspy.models import resolve_model
+    from whale_dspy.rundir import RunDir
+    from whale_dspy.training.lora_trainer import LoraTrainer
+
+    config = rft_config_from(args)  # ConfigError before any data or server work
+    domain = get_domain(args.domain)
+    source = resolve_harness(args.harness, args.domain)
+    trainset = domain.load("train", args.train_limit, 0)
+    RejectionSamplingFinetune.check_trainset(config, trainset)  # before the server starts
+    path = args.run_dir or Path("runs") / f"train-{args.domain}-{time.strftime('%Y%m%d-%H%M%S')}"
+    settings = {"domain": args.domain, "model": args.model, "harness": source.name}
+    run_dir = RunDir.open(path, {"command": "train", **settings, "rft": config.to_dict()})
+    with open_backend(args, run_dir.path) as backend:
+        rft = RejectionSamplingFinetune(
+            backend=backend,
+            trainer=LoraTrainer(config.training),
+            metric=domain.metric,
+            config=config,
+            run_dir=run_dir,
+            base=resolve_model(args.model),  # also right for --server-url, whose base the server knows
+        )
+        student = HarnessProgram(source, domain.signature, domain.tools)
+        with adapter_context(args.output_format):
+            program = rft.compile(student, trainset=trainset)  # logs one line per step
+    atomic_write_json(run_dir.path / "report.json", {**settings, **program.report.to_dict()})
+    _print_summary(program.report, run_dir.path)
+    return 0
+
+
+def _print_summary(report: Any, run_path: Path) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"weight phase: {len(report.steps)} RFT steps, {report.rollouts} rollouts")
+    for column in ("step", "reward", "accept", "kept", "loss", "adapter", "seconds", "note"):
+        table.add_column(column, justify="right")
+    for s in report.steps:
+        table.add_row(
+            str(s.step),
+            f"{s.mean_reward:.3f}",
+            f"{s.accept_rate:.0%}",
+            str(s.accepted),
+            "-" if s.train_loss is None else f"{s.train_loss:.4f}",
+            s.adapter.name if s.adapter else "base",
+            f"{s.seconds:.0f}",
+            s.skipped or "",
+        )
+    console = Console()
+    console.print(table)
+    final = report.final_adapter
+    console.print(f"final adapter: {final.path if final else 'none (base model)'}")
+    console.print(f"run directory: {run_path}")
