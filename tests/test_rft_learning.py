@@ -95,10 +95,7 @@ def paired_gain(before: EvalReport, after: EvalReport) -> tuple[float, float, fl
     return float(np.mean(gains)), low, high
 
 
-def test_a_few_rft_steps_beat_the_base_model_on_held_out_tasks(embedded_server, tmp_path, monkeypatch):
-    # One torch thread in the training worker: next to vLLM's busy compute thread, two threads made a
-    # LoRA step 8x slower on the 2-core dev machine (bench/RESULTS.md, "Weight step").
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+def test_a_few_rft_steps_beat_the_base_model_on_held_out_tasks(embedded_server, tmp_path):
     before, after, rft = learning_trial(embedded_server, tmp_path / "run", run_tag="learning")
 
     trained = [s for s in rft.report.steps if s.skipped is None]

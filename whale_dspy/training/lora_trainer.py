@@ -123,6 +123,10 @@ class LoraTrainer:
             **os.environ,
             "PYTHONPATH": os.pathsep.join(filter(None, [source_root, os.environ.get("PYTHONPATH")])),
         }
+        if self.config.device == "cpu":
+            # Beside a CPU vLLM server's busy compute thread, one torch thread trains a step
+            # ~8x faster than two (measured: 5.9 s against 46 s); OMP_NUM_THREADS overrides.
+            env.setdefault("OMP_NUM_THREADS", "1")
         command = [sys.executable, "-m", "whale_dspy.training.worker", str(spec_path.resolve())]
         with log_path.open("w") as log_file:
             try:
