@@ -55,3 +55,23 @@ def test_json_schema_constrained_decoding_is_honoured(embedded_server) -> None:
     schema = lm.history[-1]["kwargs"]["response_format"].model_json_schema()  # sent as a json_schema
     assert schema["properties"]["answer"]["type"] == "integer"
     assert isinstance(prediction.answer, int)  # the server kept the reply inside the schema
+
+
+def test_the_same_rollout_ids_redraw_the_same_samples_at_temperature_one(embedded_server) -> None:
+    from whale_dspy.evaluation import evaluate
+    from whale_dspy.harness import HarnessProgram, HarnessSource
+
+    code = "import dspy\ndef build(signature, tools):\n    return dspy.Predict(signature)\n"
+    program = HarnessProgram(HarnessSource("direct", code), dspy.Signature("question -> answer"))
+    task = dspy.Example(task_id="t0", question=QUESTION, answer="red").with_inputs("question")
+    lm = embedded_server.lm(max_tokens=48)
+
+    def completions(namespace: str) -> list[str]:
+        _, rollouts = evaluate(
+            program, [task], metric=lambda e, p, trace=None: 0.0, lm=lm, k=3, namespace=namespace
+        )
+        return [r.lm_calls[0].completion for r in sorted(rollouts, key=lambda r: r.sample)]
+
+    first = completions("seeded")
+    assert completions("seeded") == first  # a re-evaluation is reproducible, sample by sample
+    assert len(set(first)) > 1  # while the k samples of one task still differ

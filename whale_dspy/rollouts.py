@@ -96,6 +96,18 @@ def score_of(metric: Metric, example: dspy.Example, prediction: Any) -> tuple[fl
         return 0.0, f"metric failed: {type(error).__name__}: {error}"
 
 
+def sampling_for(lm: dspy.BaseLM, rollout_id: int, sampling: dict[str, Any]) -> dict[str, Any]:
+    """The request's sampling, seeded by the rollout id where the server takes a seed.
+
+    The rollout id alone only keeps DSPy's cache from collapsing samples; the
+    server's sampler also needs the seed, or re-evaluating the same (harness,
+    adapter) on the same rollout ids draws different samples.
+    """
+    if "seed" in sampling or "seed" not in getattr(lm, "supported_params", set()):
+        return sampling
+    return {**sampling, "seed": rollout_id}
+
+
 def run_rollout(
     program: HarnessProgram,
     example: dspy.Example,
@@ -107,7 +119,7 @@ def run_rollout(
     **sampling: Any,
 ) -> Rollout:
     """Run `program` on `example` once; never raises for harness, parse or metric failures."""
-    rollout_lm = lm.copy(rollout_id=rollout_id, **sampling)
+    rollout_lm = lm.copy(rollout_id=rollout_id, **sampling_for(lm, rollout_id, sampling))
     recorder = ToolRecorder()
     started = time.perf_counter()
     prediction, error = None, None
@@ -119,7 +131,9 @@ def run_rollout(
         error = f"{type(exc).__name__}: {exc}"
         log.debug("rollout %s/%s failed: %s", example.get("task_id"), sample, error)
     score, metric_error = score_of(metric, example, prediction)
-    kept_sampling = {key: rollout_lm.kwargs.get(key) for key in ("temperature", "max_tokens", "rollout_id")}
+    kept_sampling = {
+        key: rollout_lm.kwargs.get(key) for key in ("temperature", "max_tokens", "rollout_id", "seed")
+    }
     return Rollout(
         task_id=str(example.get("task_id", "")),
         sample=sample,
