@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_import_contracts_are_kept():
-    lint_imports = shutil.which("lint-imports")
+    # Beside this interpreter first: `.venv/bin/python -m pytest` does not put .venv/bin on PATH.
+    beside = Path(sys.executable).parent / "lint-imports"
+    lint_imports = str(beside) if beside.exists() else shutil.which("lint-imports")
     if lint_imports is None:
         pytest.fail("lint-imports is missing: install the dev extra (import-linter)")
     result = subprocess.run([lint_imports], cwd=ROOT, capture_output=True, text=True)
