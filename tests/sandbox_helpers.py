@@ -81,19 +81,38 @@ def limits_for(facts: dict[str, Any], **changes: Any) -> SandboxLimits:
     return replace(TEST_LIMITS, allowed_imports=allowed, **{**facts["LIMITS"], **changes})
 
 
+def _status(pid: str) -> dict[str, str]:
+    text = (Path("/proc") / pid / "status").read_text()
+    return dict(line.split(":\t", 1) for line in text.splitlines() if ":\t" in line)
+
+
+def _ours_or_orphaned(status: dict[str, str]) -> bool:
+    """Descends from this test process, or escaped to init: other jobs' sandboxes don't count."""
+    ppid = int(status["PPid"])
+    if ppid == 1:
+        return True
+    while ppid > 1:
+        if ppid == os.getpid():
+            return True
+        try:
+            ppid = int(_status(str(ppid))["PPid"])
+        except OSError:
+            return False
+    return False
+
+
 def sandbox_processes() -> list[int]:
-    """Pids of live processes running as a sandbox uid (there must be none between evaluations)."""
+    """Pids of live sandbox-uid processes of this test run (there must be none between evaluations)."""
     pids = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            status = (entry / "status").read_text()
+            status = _status(entry.name)
         except OSError:
             continue
-        uid_line = next(line for line in status.splitlines() if line.startswith("Uid:"))
-        state = next(line for line in status.splitlines() if line.startswith("State:"))
-        if int(uid_line.split()[1]) in SANDBOX_UIDS and "zombie" not in state:
+        alive = "zombie" not in status.get("State", "")
+        if int(status["Uid"].split()[1]) in SANDBOX_UIDS and alive and _ours_or_orphaned(status):
             pids.append(int(entry.name))
     return pids
 
