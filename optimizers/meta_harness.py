@@ -145,16 +145,23 @@ class MetaHarness(Teleprompter):
 
     # -- the phase API ----------------------------------------------------------------------
 
+    def rollouts_per_iteration(self, searchset: Sequence[dspy.Example], iteration: int) -> int:
+        """Worst-case rollouts of one iteration: smoke plus search rollouts per candidate."""
+        config = self.config
+        per_candidate = config.smoke_tasks + min(config.tasks, len(searchset)) * config.rollouts_per_task
+        return per_candidate * (1 if iteration == 0 else config.candidates)
+
     def iterations(
-        self, program: dspy.Module, searchset: Sequence[dspy.Example]
+        self, program: dspy.Module, searchset: Sequence[dspy.Example], *, archive_dir: Path | None = None
     ) -> Iterator[tuple[HarnessIteration, HarnessProgram]]:
         """Iteration 0 scores the incoming harness; each later one archives M new candidates.
 
         Reopening an archive replays its recorded iterations (same signals, no
-        re-evaluation) and continues where it stopped.
+        re-evaluation) and continues where it stopped. `archive_dir` overrides the
+        constructor's, so the alternation gives every harness phase its own archive.
         """
         student, lm, tasks = self._check_inputs(program, searchset)
-        archive = HarnessArchive(self.archive_dir)
+        archive = HarnessArchive(Path(archive_dir) if archive_dir is not None else self.archive_dir)
         self._check_root(archive, student.source)
         records = archive.iteration_records()
         for record in records:

@@ -110,6 +110,10 @@ class RejectionSamplingFinetune(Teleprompter):
         """The batch schedule over `trainset`: `.steps_per_epoch`, `.tasks_per_epoch`, `.batch(step)`."""
         return self.check_trainset(self.config, trainset)
 
+    def rollouts_per_step(self, trainset: Sequence[dspy.Example]) -> int:
+        """The rollouts one step spends (what the alternation's budget checks before a step)."""
+        return self.config.batch_size * self.config.k
+
     @staticmethod
     def check_trainset(config: RFTConfig, trainset: Sequence[dspy.Example]) -> EpochBatches[dspy.Example]:
         """The batches, or ConfigError when `trainset` cannot fill one (callable before serving starts)."""

@@ -170,7 +170,7 @@ def test_wiring_builds_the_real_phases_with_their_rollout_bounds(tmp_path, metho
     optimizer = make_optimizer(
         settings, tmp_path, RemoteServer("http://127.0.0.1:9", base_model="base"), data
     )
-    rft, meta = optimizer.weight_phase.rft, optimizer.harness_phase.meta
+    rft, meta = optimizer.weight_phase, optimizer.harness_phase
     assert optimizer.weight_phase.rollouts_per_step(data.trainset) == rft.config.batch_size * rft.config.k
     per_candidate = meta.config.smoke_tasks + len(data.searchset) * meta.config.rollouts_per_task
     assert optimizer.harness_phase.rollouts_per_iteration(data.searchset, 0) == per_candidate

@@ -20,7 +20,6 @@ from optimizers.rft import RejectionSamplingFinetune
 from optimizers.rft_config import RFTConfig
 from optimizers.schedules import Fixed
 from optimizers.whale import WhaleOptimizer
-from whale_dspy.cli.wiring import MetaHarnessPhase, RFTPhase
 from whale_dspy.evaluation import InProcessEvaluator
 from whale_dspy.harness import HarnessProgram, HarnessSource
 from whale_dspy.rundir import RunDir
@@ -74,8 +73,8 @@ def compile_real(run_dir, *, on_event=None, budget=70):
         eval_every=20,
         eval_k=2,
         eval_threads=2,
-        weight_phase=RFTPhase(rft),
-        harness_phase=MetaHarnessPhase(meta),
+        weight_phase=rft,
+        harness_phase=meta,
         on_event=on_event,
     )
     student = HarnessProgram(HarnessSource("toy_h0", TOY), QA, lm=server.lm())

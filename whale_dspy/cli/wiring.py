@@ -8,8 +8,7 @@ backends, optimizers). `RunSettings` is recorded in the run's config.json, so
 from __future__ import annotations
 
 import argparse
-import copy
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -129,44 +128,6 @@ def student_of(data: RunData, backend: InferenceBackend) -> HarnessProgram:
     return HarnessProgram(data.seed_harness, data.domain.signature, data.domain.tools, lm=backend.lm())
 
 
-class RFTPhase:
-    """RejectionSamplingFinetune seen as the engine's weight phase, plus its per-step rollout bound."""
-
-    def __init__(self, rft: Any):
-        self.rft = rft
-
-    def epoch(self, trainset: Sequence[dspy.Example]) -> Any:
-        return self.rft.epoch(trainset)
-
-    def rollouts_per_step(self, trainset: Sequence[dspy.Example]) -> int:
-        return self.rft.config.batch_size * self.rft.config.k
-
-    def steps(self, program: HarnessProgram, trainset: Sequence[dspy.Example], **position: Any) -> Iterator:
-        return self.rft.steps(program, trainset, **position)
-
-
-class MetaHarnessPhase:
-    """MetaHarness seen as the engine's harness phase: a fresh archive per phase, and its rollout bound.
-
-    A candidate costs its smoke rollouts plus tasks x rollouts_per_task; iteration 0 has one candidate.
-    """
-
-    def __init__(self, meta: Any):
-        self.meta = meta
-
-    def rollouts_per_iteration(self, searchset: Sequence[dspy.Example], iteration: int) -> int:
-        config = self.meta.config
-        per_candidate = config.smoke_tasks + min(config.tasks, len(searchset)) * config.rollouts_per_task
-        return per_candidate * (1 if iteration == 0 else config.candidates)
-
-    def iterations(
-        self, program: HarnessProgram, searchset: Sequence[dspy.Example], *, archive_dir: Path
-    ) -> Iterator:
-        phase = copy.copy(self.meta)
-        phase.archive_dir = Path(archive_dir)
-        return phase.iterations(program, searchset)
-
-
 def make_phases(settings: RunSettings, backend: InferenceBackend, metric: Callable, run_dir: Path) -> tuple:
     """(weight phase, harness phase, their configs) sized by the preset."""
     from optimizers.meta_harness import MetaHarness, MetaHarnessConfig, sandboxed_evaluator
@@ -200,7 +161,7 @@ def make_phases(settings: RunSettings, backend: InferenceBackend, metric: Callab
         evaluator=sandboxed_evaluator(meta_config),  # candidate code runs in a contained child
     )
     configs = {"rft": rft_config.to_dict(), "meta_harness": asdict(meta_config)}
-    return RFTPhase(rft), MetaHarnessPhase(meta), configs
+    return rft, meta, configs
 
 
 def make_optimizer(
@@ -218,7 +179,7 @@ def make_optimizer(
     method = get_method(settings.method, weight_share=settings.weight_share)
     weight, harness, configs = make_phases(settings, backend, data.domain.metric, run_dir)
     # Checkpoint evaluations run searched (model-written) harnesses: contained, with room for k x tasks.
-    evaluator = sandboxed_evaluator(harness.meta.config, candidate_seconds=EVAL_SECONDS, threads=8)
+    evaluator = sandboxed_evaluator(harness.config, candidate_seconds=EVAL_SECONDS, threads=8)
     return WhaleOptimizer(
         backend=backend,
         metric=data.domain.metric,
