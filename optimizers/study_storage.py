@@ -15,6 +15,7 @@ attribute and `fail_stale_trials` here applies the same rule to it.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import threading
 import time
@@ -50,6 +51,9 @@ class Lease:
             )
 
 
+SCHEMA_RACE_RETRIES = 5
+
+
 def open_storage(url: str | None, lease: Lease = Lease()) -> optuna.storages.BaseStorage:
     """Open (and for RDB, connect to) a storage; any failure is a ConfigError naming the valid forms."""
     import optuna
@@ -64,14 +68,20 @@ def open_storage(url: str | None, lease: Lease = Lease()) -> optuna.storages.Bas
             f"unsupported storage URL {url!r}: use sqlite:///FILE, postgresql://..., mysql://... "
             "or journal:///FILE (or omit it for an in-memory study)"
         )
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return optuna.storages.RDBStorage(
-                url, heartbeat_interval=lease.heartbeat_interval, grace_period=lease.grace_period
-            )
-    except Exception as error:  # sqlalchemy's errors, a missing driver, a refused connection
-        raise ConfigError(f"cannot open storage {url!r}: {type(error).__name__}: {error}") from error
+    for attempt in itertools.count():
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                return optuna.storages.RDBStorage(
+                    url, heartbeat_interval=lease.heartbeat_interval, grace_period=lease.grace_period
+                )
+        except Exception as error:  # sqlalchemy's errors, a missing driver, a refused connection
+            # Workers started together on a new database race to create its tables; the loser
+            # sees "already exists" (or a lock) and succeeds once the winner has committed.
+            racing = "already exists" in str(error) or "database is locked" in str(error)
+            if not racing or attempt >= SCHEMA_RACE_RETRIES:
+                raise ConfigError(f"cannot open storage {url!r}: {type(error).__name__}: {error}") from error
+            time.sleep(0.5 * (attempt + 1))
 
 
 def _open_journal(url: str) -> optuna.storages.BaseStorage:
