@@ -62,10 +62,14 @@ def held_out(program: HarnessProgram, tasks: list[dspy.Example], lm: dspy.BaseLM
 def learning_trial(
     server, run_path: Path, run_tag: str
 ) -> tuple[EvalReport, EvalReport, RejectionSamplingFinetune]:
-    """Base held-out score, 2 RFT steps on other words, held-out score again (JSON output format)."""
+    """Base held-out score, 3 RFT steps on other words, held-out score again (JSON output format).
+
+    Three steps, not two: two steps lifted held-out accuracy in five runs out of six here, and
+    one run under heavy load ended below the base; three gave 0.125 -> 0.958.
+    """
     trainset, testset = echo_tasks(WORDS[:24]), echo_tasks(WORDS[24:])
     config = RFTConfig.cpu_embedded(
-        steps=2,
+        steps=3,
         batch_size=8,
         k=4,
         max_tokens=24,
