@@ -47,25 +47,14 @@ def resolve_harness(name_or_file: str | None, domain: str) -> HarnessSource:
     return HarnessSource.from_path(seed_harness_path(name_or_file or domain))
 
 
-@contextlib.contextmanager
-def open_backend(args: argparse.Namespace, log_dir: Path):
-    """The server named by --server-url, or an embedded one started for this command."""
-    from whale_dspy.backends import RemoteServer, embedded_server
-
-    if args.server_url:
-        yield RemoteServer(args.server_url)
-        return
-    server = embedded_server(args.model, run_dir=log_dir)
-    with server:
-        yield server
-
-
 def adapter_context(output_format: str):
     return dspy.context(adapter=dspy.JSONAdapter()) if output_format == "json" else contextlib.nullcontext()
 
 
 def run(args: argparse.Namespace) -> int:
     from domains import get_domain
+    from whale_dspy.cli.run import served
+    from whale_dspy.cli.wiring import backend_for_model
     from whale_dspy.records import AdapterRef
 
     domain = get_domain(args.domain)
@@ -73,11 +62,13 @@ def run(args: argparse.Namespace) -> int:
     examples = domain.load(args.split, args.limit, args.seed)
     out = args.out or Path("runs") / f"eval-{args.domain}-{source.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     out.mkdir(parents=True, exist_ok=True)
-    with open_backend(args, out) as backend:
+    with served(backend_for_model(args.model, out, args.server_url)) as backend:
         adapter_name = None
         if args.adapter:
             adapter_name = f"eval-{Path(args.adapter).name}-{int(time.time())}"
-            backend.load_adapter(AdapterRef(adapter_name, str(Path(args.adapter).resolve()), args.model))
+            # The served base (a resolved folder), not the model's short name: load_adapter checks it.
+            base = backend.base_model or args.model
+            backend.load_adapter(AdapterRef(adapter_name, str(Path(args.adapter).resolve()), base))
         lm = backend.lm(adapter=adapter_name, max_tokens=args.max_tokens)
         program = HarnessProgram(source, domain.signature, domain.tools, lm=lm, adapter_name=adapter_name)
         with adapter_context(args.output_format), _progress(len(examples) * args.k) as advance:

@@ -27,13 +27,12 @@ from whale_dspy.cli.wiring import (
     RunData,
     RunSettings,
     add_run_arguments,
+    backend_for_model,
     load_data,
-    make_backend,
     make_optimizer,
     student_of,
 )
 from whale_dspy.errors import ConfigError, WhaleError
-from whale_dspy.protocols import InferenceBackend
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -107,15 +106,6 @@ def run_arguments(settings: RunSettings) -> list[str]:
         if f.name not in ("domain", "schedule", "run_tag") and value != getattr(defaults, f.name):
             argv += [f"--{f.name.replace('_', '-')}", str(value)]
     return argv
-
-
-def backend_for(args: argparse.Namespace, settings: RunSettings, out: Path) -> InferenceBackend:
-    if not args.server_url:
-        return make_backend(settings, out)
-    from whale_dspy.backends import RemoteServer
-    from whale_dspy.models import resolve_model
-
-    return RemoteServer(args.server_url, base_model=resolve_model(settings.model))
 
 
 def make_trial_optimizer(
@@ -226,7 +216,7 @@ def run(args: argparse.Namespace) -> int:
     out = args.out / _tag(config.study_name)
     data = load_data(settings)
     valset = data.domain.load("val", args.val_limit, DATA_SEED)
-    with served(backend_for(args, settings, out)) as backend:
+    with served(backend_for_model(settings.model, out, args.server_url)) as backend:
         wilcoxon = config.pruner == "wilcoxon"
         trials = StudyTrials(
             settings, data, valset, backend, out, tag=_tag(config.study_name), wilcoxon=wilcoxon

@@ -57,7 +57,9 @@ def rft_config_from(args: argparse.Namespace) -> Any:
 def run(args: argparse.Namespace) -> int:
     from domains import get_domain
     from optimizers.rft import RejectionSamplingFinetune
-    from whale_dspy.cli.eval import adapter_context, open_backend, resolve_harness
+    from whale_dspy.cli.eval import adapter_context, resolve_harness
+    from whale_dspy.cli.run import served
+    from whale_dspy.cli.wiring import backend_for_model
     from whale_dspy.harness import HarnessProgram
     from whale_dspy.jsonl import atomic_write_json
     from whale_dspy.models import resolve_model
@@ -72,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     path = args.run_dir or Path("runs") / f"train-{args.domain}-{time.strftime('%Y%m%d-%H%M%S')}"
     settings = {"domain": args.domain, "model": args.model, "harness": source.name}
     run_dir = RunDir.open(path, {"command": "train", **settings, "rft": config.to_dict()})
-    with open_backend(args, run_dir.path) as backend:
+    with served(backend_for_model(args.model, run_dir.path, args.server_url)) as backend:
         rft = RejectionSamplingFinetune(
             backend=backend,
             trainer=LoraTrainer(config.training),

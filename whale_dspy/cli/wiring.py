@@ -118,10 +118,18 @@ def load_data(settings: RunSettings) -> RunData:
 
 
 def make_backend(settings: RunSettings, log_dir: Path) -> InferenceBackend:
-    from whale_dspy.backends import embedded_server
+    return backend_for_model(settings.model, log_dir)
 
+
+def backend_for_model(model: str, log_dir: Path, server_url: str | None = None) -> InferenceBackend:
+    """A running server at `server_url` serving `model`, or an embedded one (started by the caller)."""
+    from whale_dspy.backends import RemoteServer, embedded_server
+    from whale_dspy.models import resolve_model
+
+    if server_url:
+        return RemoteServer(server_url, base_model=resolve_model(model))
     log_dir.mkdir(parents=True, exist_ok=True)
-    return embedded_server(settings.model, run_dir=log_dir)
+    return embedded_server(model, run_dir=log_dir)
 
 
 def student_of(data: RunData, backend: InferenceBackend) -> HarnessProgram:
