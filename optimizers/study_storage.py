@@ -21,6 +21,7 @@ import threading
 import time
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from whale_dspy.errors import ConfigError
@@ -68,6 +69,13 @@ def open_storage(url: str | None, lease: Lease = Lease()) -> optuna.storages.Bas
             f"unsupported storage URL {url!r}: use sqlite:///FILE, postgresql://..., mysql://... "
             "or journal:///FILE (or omit it for an in-memory study)"
         )
+    with _schema_lock(url):
+        return _connect_rdb(url, lease)
+
+
+def _connect_rdb(url: str, lease: Lease) -> optuna.storages.BaseStorage:
+    import optuna
+
     for attempt in itertools.count():
         try:
             with warnings.catch_warnings():
@@ -76,17 +84,45 @@ def open_storage(url: str | None, lease: Lease = Lease()) -> optuna.storages.Bas
                     url, heartbeat_interval=lease.heartbeat_interval, grace_period=lease.grace_period
                 )
         except Exception as error:  # sqlalchemy's errors, a missing driver, a refused connection
-            # Workers started together on a new database race to create its tables; the loser
-            # sees "already exists" (or a lock) and succeeds once the winner has committed.
-            racing = "already exists" in str(error) or "database is locked" in str(error)
-            if not racing or attempt >= SCHEMA_RACE_RETRIES:
+            # Workers started together on a new server database race to create its tables; the
+            # loser sees "already exists" or a duplicate alembic version and succeeds once the
+            # winner has committed. (SQLite files are serialised by _schema_lock instead.)
+            if not _lost_schema_race(error) or attempt >= SCHEMA_RACE_RETRIES:
                 raise ConfigError(f"cannot open storage {url!r}: {type(error).__name__}: {error}") from error
             time.sleep(0.5 * (attempt + 1))
+    raise AssertionError("unreachable: itertools.count never ends")
+
+
+RACE_SIGNS = ("already exists", "database is locked", "unique constraint", "duplicate")
+
+
+def _lost_schema_race(error: Exception) -> bool:
+    return any(sign in str(error).lower() for sign in RACE_SIGNS)
+
+
+def _schema_lock(url: str) -> contextlib.AbstractContextManager[object]:
+    """An inter-process lock beside a SQLite file while Optuna creates or migrates its tables.
+
+    Optuna creates the schema and stamps its alembic version in separate steps, so two workers
+    opening a new file together can each fail a different step; holding a file lock makes the
+    second worker open an already-finished schema.
+    """
+    from filelock import FileLock
+    from sqlalchemy.engine import make_url
+
+    try:
+        parsed = make_url(url)
+    except Exception as error:
+        raise ConfigError(f"cannot parse storage URL {url!r}: {error}") from error
+    database = parsed.database or ""
+    if parsed.get_backend_name() != "sqlite" or database in ("", ":memory:"):
+        return contextlib.nullcontext()
+    if not Path(database).parent.is_dir():  # FileLock would create it; a typo must not start a study
+        raise ConfigError(f"cannot open storage {url!r}: directory {Path(database).parent} does not exist")
+    return FileLock(f"{database}.lock")
 
 
 def _open_journal(url: str) -> optuna.storages.BaseStorage:
-    from pathlib import Path
-
     import optuna
     from optuna.storages.journal import JournalFileBackend
 

@@ -259,3 +259,20 @@ def test_figures_are_written_when_the_trials_support_them(tmp_path, caplog):
 def test_the_synthetic_curve_favours_the_paper_setting():
     paper, far = synthetic_curve(Fixed(0.6, 6)), synthetic_curve(Fixed(1.8, 2))
     assert max(v for _, v in paper) > max(v for _, v in far)
+
+
+def test_workers_opening_a_new_sqlite_file_together_all_get_the_finished_schema(tmp_path):
+    """Optuna creates tables and stamps their version in separate steps; racing openers must all succeed."""
+    import subprocess
+    import sys
+
+    url = f"sqlite:///{tmp_path / 'new.db'}"
+    opener = (
+        "import sys, optuna; from optimizers.study_storage import open_storage; "
+        "optuna.create_study(study_name='s', storage=open_storage(sys.argv[1]), load_if_exists=True)"
+    )
+    command = [sys.executable, "-c", opener, url]
+    openers = [subprocess.Popen(command, stderr=subprocess.PIPE) for _ in range(4)]
+    errors = [p.communicate(timeout=120)[1].decode() for p in openers]
+    assert [p.returncode for p in openers] == [0] * 4, errors
+    assert len(optuna.get_all_study_summaries(open_storage(url))) == 1
