@@ -8,7 +8,7 @@ import dspy
 import pytest
 
 from whale_dspy.errors import ConfigError, HarnessError
-from whale_dspy.evaluation import bootstrap_ci, evaluate
+from whale_dspy.evaluation import EvalReport, bootstrap_ci, evaluate, paired_gain
 from whale_dspy.harness import HarnessProgram, HarnessSource, source_of
 from whale_dspy.jsonl import read_jsonl
 from whale_dspy.records import Rollout
@@ -152,3 +152,34 @@ def test_bootstrap_ci_brackets_the_mean_and_is_seeded():
     low, high = bootstrap_ci(values)
     assert low < 0.5 < high
     assert bootstrap_ci([1.0] * 5) == (1.0, 1.0)
+
+
+def report_of(per_task: dict[str, list[float]]) -> EvalReport:
+    means = [sum(v) / len(v) for v in per_task.values()]
+    low, high = bootstrap_ci(means)
+    return EvalReport(
+        k=1, tasks=len(per_task), rollouts=len(per_task), mean_at_k=sum(means) / len(means),
+        ci_low=low, ci_high=high, pass_at_k=0.0, parse_rate=1.0, mean_turns=1.0,
+        prompt_tokens=0, completion_tokens=0, seconds=1.0, per_task=per_task,
+    )  # fmt: skip
+
+
+def test_a_paired_gain_is_beyond_noise_where_two_separate_intervals_overlap():
+    levels = [0.0, 0.5, 1.0, 0.25, 0.75] * 8
+    before = report_of({f"t{i}": [level * 0.8] for i, level in enumerate(levels)})
+    after = report_of({f"t{i}": [level * 0.8 + 0.1] for i, level in enumerate(levels)})
+    assert after.ci_low < before.ci_high  # judged apart, the two evaluations look alike
+    gain = paired_gain(before, after)
+    assert gain.gain == pytest.approx(0.1) and gain.tasks == 40
+    assert gain.low == pytest.approx(0.1) and gain.beyond_noise
+
+
+def test_a_paired_gain_pairs_only_shared_tasks_and_says_when_it_is_noise():
+    before = report_of({"a": [0.0, 1.0], "b": [1.0, 1.0], "c": [0.0, 0.0]})
+    after = report_of({"b": [1.0, 0.0], "a": [1.0, 1.0], "d": [1.0, 1.0]})
+    gain = paired_gain(before, after)
+    assert gain.tasks == 2 and gain.gain == pytest.approx(0.0)
+    assert gain.low < 0 < gain.high and not gain.beyond_noise
+    assert gain.to_dict()["beyond_noise"] is False
+    with pytest.raises(ConfigError, match="share"):
+        paired_gain(before, report_of({"z": [1.0]}))

@@ -14,11 +14,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import dspy
-import numpy as np
 import pytest
 
 from optimizers import RejectionSamplingFinetune, RFTConfig
-from whale_dspy.evaluation import EvalReport, bootstrap_ci, evaluate
+from whale_dspy.evaluation import EvalReport, evaluate, paired_gain
 from whale_dspy.harness import HarnessProgram, HarnessSource
 from whale_dspy.rundir import RunDir
 from whale_dspy.training import LoraTrainer, LoraTrainingConfig
@@ -92,21 +91,15 @@ def learning_trial(
     return before, after, rft
 
 
-def paired_gain(before: EvalReport, after: EvalReport) -> tuple[float, float, float]:
-    """Mean per-task gain and its 95% bootstrap CI (tasks are the unit that varies)."""
-    gains = [np.mean(after.per_task[t]) - np.mean(before.per_task[t]) for t in before.per_task]
-    low, high = bootstrap_ci(gains, seed=SEED)
-    return float(np.mean(gains)), low, high
-
-
 def test_a_few_rft_steps_beat_the_base_model_on_held_out_tasks(embedded_server, tmp_path):
     before, after, rft = learning_trial(embedded_server, tmp_path / "run", run_tag="learning")
 
     trained = [s for s in rft.report.steps if s.skipped is None]
     assert trained, [s.skipped for s in rft.report.steps]
     assert rft.report.final_adapter == trained[-1].adapter
-    gain, low, high = paired_gain(before, after)
+    gain = paired_gain(before, after, seed=SEED)
     print(
-        f"held-out mean@{EVAL_K}: {before.mean_at_k:.3f} -> {after.mean_at_k:.3f}, CI [{low:.3f}, {high:.3f}]"
+        f"held-out mean@{EVAL_K}: {before.mean_at_k:.3f} -> {after.mean_at_k:.3f}, "
+        f"gain CI [{gain.low:.3f}, {gain.high:.3f}]"
     )
-    assert low > 0.0, f"gain {gain:.3f} with 95% CI [{low:.3f}, {high:.3f}] does not exclude 0"
+    assert gain.low > 0.0, f"gain {gain.gain:.3f}, 95% CI [{gain.low:.3f}, {gain.high:.3f}], includes 0"

@@ -66,6 +66,37 @@ def bootstrap_ci(values: Sequence[float], *, seed: int = 0, level: float = 0.95)
     return float(np.percentile(means, tail)), float(np.percentile(means, 100 - tail))
 
 
+@dataclass(frozen=True)
+class PairedGain:
+    """`after` minus `before` on the tasks both scored: the per-task mean gain and its bootstrap CI.
+
+    Pairing by task removes the between-task variance that two separate CIs carry, so
+    "beats h0 by more than noise" is `low > 0` here, not two non-overlapping intervals.
+    """
+
+    gain: float
+    low: float
+    high: float
+    tasks: int
+
+    @property
+    def beyond_noise(self) -> bool:
+        return self.low > 0 or self.high < 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "beyond_noise": self.beyond_noise}
+
+
+def paired_gain(before: EvalReport, after: EvalReport, *, seed: int = 0) -> PairedGain:
+    """Compare two evaluations of the same tasks (e.g. h0 and a searched harness)."""
+    shared = [task for task in before.per_task if task in after.per_task]
+    if not shared:
+        raise ConfigError("paired_gain needs evaluations that share at least one task")
+    gains = [float(np.mean(after.per_task[t]) - np.mean(before.per_task[t])) for t in shared]
+    low, high = bootstrap_ci(gains, seed=seed)
+    return PairedGain(gain=float(np.mean(gains)), low=low, high=high, tasks=len(shared))
+
+
 def summarize(rollouts: Sequence[Rollout], *, k: int, seconds: float) -> EvalReport:
     """Aggregate rollouts into mean@k (mean over tasks of the mean over samples) and pass@k."""
     per_task: dict[str, list[float]] = defaultdict(list)

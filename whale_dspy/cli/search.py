@@ -23,7 +23,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from whale_dspy.evaluation import InProcessEvaluator
+from whale_dspy.evaluation import InProcessEvaluator, PairedGain, paired_gain
 from whale_dspy.harness import HarnessProgram, HarnessSource
 from whale_dspy.jsonl import atomic_write_json
 from whale_dspy.protocols import CandidateEvaluator, InferenceBackend
@@ -158,6 +158,14 @@ def test_table(results: dict[str, Any], k: int) -> Table:
     return table
 
 
+def gain_line(gain: PairedGain) -> str:
+    verdict = "beyond noise" if gain.beyond_noise else "within noise (the CI includes 0)"
+    return (
+        f"best - h0 on the same {gain.tasks} tasks: {gain.gain:+.3f} "
+        f"[{gain.low:+.3f}, {gain.high:+.3f}] (paired 95% bootstrap CI): {verdict}"
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     from whale_dspy.backends import embedded_server
 
@@ -187,15 +195,23 @@ def search(
     programs = {"h0": student}
     if best.source.digest != student.source.digest:
         programs[f"best ({best.source.name})"] = best
-    results = {}
+    reports = {}
     evaluator = held_out_evaluator(optimizer.evaluator, len(setup["testset"]) * args.eval_k)
     for label, program in programs.items():  # the best harness is candidate code: contained as well
-        report, _ = evaluator.evaluate(
+        reports[label], _ = evaluator.evaluate(
             program, setup["testset"], metric=domain.metric, lm=program.bound_lm, k=args.eval_k,
             namespace="search-test", trace_path=run_dir / f"test_{label.split()[0]}.jsonl",
         )  # fmt: skip
-        results[label] = {key: value for key, value in report.to_dict().items() if key != "per_task"}
+    results = {
+        label: {key: value for key, value in report.to_dict().items() if key != "per_task"}
+        for label, report in reports.items()
+    }
     console.print(test_table(results, args.eval_k))
-    atomic_write_json(run_dir / "search_report.json", {"search": asdict(best.report), "test": results})
+    record = {"search": asdict(best.report), "test": results}
+    if len(reports) == 2:  # h0 and a different best: the same tasks and sample ids, so pair them
+        gain = paired_gain(*reports.values())
+        record["gain_over_h0"] = gain.to_dict()
+        console.print(gain_line(gain))
+    atomic_write_json(run_dir / "search_report.json", record)
     console.print(f"archive: {run_dir / 'archive'}; report: {run_dir / 'search_report.json'}")
     return 0
