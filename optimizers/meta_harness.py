@@ -49,7 +49,7 @@ from optimizers.harness_validation import (
 )
 from optimizers.meta_harness_config import MetaHarnessConfig, MetaHarnessReport, stop_reason
 from optimizers.signals import HarnessIteration
-from whale_dspy.errors import ConfigError
+from whale_dspy.errors import BackendError, ConfigError
 from whale_dspy.evaluation import EvalReport
 from whale_dspy.harness import HarnessProgram, HarnessSource, rename
 from whale_dspy.jsonl import read_jsonl
@@ -325,8 +325,8 @@ class MetaHarness(Teleprompter):
                     trace_path=trace_path,
                     temperature=self.config.temperature,
                 )
-            except ConfigError:
-                raise  # the caller's setup (the signature, the LM), not the candidate
+            except (ConfigError, BackendError):
+                raise  # the caller's setup (the signature, the LM) or a dead server, not the candidate
             except Exception as error:
                 message = f"{type(error).__name__}: {error}"
                 raise CandidateRejected("evaluation", message, "crash") from error

@@ -161,13 +161,18 @@ def evaluate(
             )
             for example, sample in jobs
         ]
-        for future in as_completed(futures):
-            rollout = future.result()
-            rollouts.append(rollout)
-            if trace_path is not None:
-                append_jsonl(trace_path, rollout.to_dict())
-            if on_rollout is not None:
-                on_rollout(rollout)
+        try:
+            for future in as_completed(futures):
+                rollout = future.result()
+                rollouts.append(rollout)
+                if trace_path is not None:
+                    append_jsonl(trace_path, rollout.to_dict())
+                if on_rollout is not None:
+                    on_rollout(rollout)
+        except BaseException:  # e.g. BackendError: the server is gone, do not start the rest
+            for future in futures:
+                future.cancel()
+            raise
     return summarize(rollouts, k=k, seconds=time.perf_counter() - started), rollouts
 
 

@@ -4,7 +4,9 @@ Each rollout gets its own LM copy (a distinct `rollout_id`, so DSPy's cache
 cannot collapse k samples), and that copy's history is exactly this rollout's
 LM calls. Tools are wrapped to record calls and results. A harness that raises
 (a parse failure included) yields an ordinary rollout scored 0 with the error
-and the raw completions kept.
+and the raw completions kept. A server that cannot answer is not the harness's
+failure: that rollout raises BackendError instead of being scored 0, even when
+the harness caught the LM's error itself.
 """
 
 from __future__ import annotations
@@ -17,7 +19,10 @@ from collections.abc import Callable
 from typing import Any
 
 import dspy
+from dspy.utils.callback import BaseCallback
+from dspy.utils.exceptions import LMProviderError, LMTransportError
 
+from whale_dspy.errors import BackendError
 from whale_dspy.harness import HarnessProgram
 from whale_dspy.jsonl import to_jsonable
 from whale_dspy.protocols import Tools
@@ -108,6 +113,27 @@ def sampling_for(lm: dspy.BaseLM, rollout_id: int, sampling: dict[str, Any]) -> 
     return {**sampling, "seed": rollout_id}
 
 
+class ServerFailureWatch(BaseCallback):
+    """Sees every LM call's exception, including those a harness's own try/except swallows."""
+
+    def __init__(self) -> None:
+        self.failure: BaseException | None = None
+
+    def on_lm_end(self, call_id: str, outputs: Any, exception: BaseException | None = None) -> None:
+        if self.failure is None and server_failed(exception):
+            self.failure = exception
+
+
+def server_failed(error: BaseException | None) -> bool:
+    """The request never got an answer (connection refused, reset) or the server broke (HTTP 5xx).
+
+    A 4xx (a prompt too long, a bad parameter) stays the harness's failure.
+    """
+    if isinstance(error, LMTransportError):
+        return True
+    return isinstance(error, LMProviderError) and (error.status or 0) >= 500
+
+
 def run_rollout(
     program: HarnessProgram,
     example: dspy.Example,
@@ -118,18 +144,27 @@ def run_rollout(
     rollout_id: int,
     **sampling: Any,
 ) -> Rollout:
-    """Run `program` on `example` once; never raises for harness, parse or metric failures."""
+    """Run `program` on `example` once; never raises for harness, parse or metric failures.
+
+    Raises BackendError when an LM call found the server unreachable or broken.
+    """
     rollout_lm = lm.copy(rollout_id=rollout_id, **sampling_for(lm, rollout_id, sampling))
     recorder = ToolRecorder()
+    watch = ServerFailureWatch()
     started = time.perf_counter()
     prediction, error = None, None
     try:
         inner = program.build_for(example, recorder.wrap(program.tools_factory(example)))
-        with dspy.context(lm=rollout_lm):
+        with dspy.context(lm=rollout_lm, callbacks=[*dspy.settings.callbacks, watch]):
             prediction = inner(**example.inputs())
     except Exception as exc:
         error = f"{type(exc).__name__}: {exc}"
         log.debug("rollout %s/%s failed: %s", example.get("task_id"), sample, error)
+    if watch.failure is not None:
+        raise BackendError(
+            f"the inference server failed during rollout {example.get('task_id')}/{sample}: "
+            f"{type(watch.failure).__name__}: {watch.failure}"
+        ) from watch.failure
     score, metric_error = score_of(metric, example, prediction)
     kept_sampling = {
         key: rollout_lm.kwargs.get(key) for key in ("temperature", "max_tokens", "rollout_id", "seed")

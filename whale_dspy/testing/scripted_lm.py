@@ -15,8 +15,8 @@ from dspy.clients.engines.dummy_engine import AsyncDummyEngine, DummyEngine
 from dspy.lm15 import Message, Response, TextPart, Usage
 from dspy.utils.dummies import DummyLM
 
-Reply = str | Mapping[str, Any]
-"""A raw completion string, or output fields that the adapter formats."""
+Reply = str | Mapping[str, Any] | Exception
+"""A raw completion string, output fields that the adapter formats, or an error the LM call raises."""
 
 
 class ScriptExhausted(RuntimeError):
@@ -64,6 +64,8 @@ class _ScriptEngine(DummyEngine):
     def _complete_messages(self, messages: list[dict[str, Any]]) -> Response:
         owner: ScriptedLM = self.owner
         reply = owner.script.next_reply(owner.model, messages[-1]["content"])
+        if isinstance(reply, Exception):
+            raise reply
         text = reply if isinstance(reply, str) else owner._format_answer_fields(dict(reply))
         prompt_words = sum(len(str(m.get("content", "")).split()) for m in messages)
         usage = Usage(input_tokens=prompt_words, output_tokens=len(text.split()), total_tokens=0)
