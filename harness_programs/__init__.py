@@ -24,8 +24,9 @@ SEED_HARNESSES = {
 
 
 def seed_harness_path(domain_or_stem: str) -> Path:
-    """The seed harness file for a domain name ("squad") or a harness stem ("search_h0")."""
-    stem = SEED_HARNESSES.get(domain_or_stem, domain_or_stem)
+    """The seed harness file for a domain name ("squad", "squad:score=f1") or a harness stem ("search_h0")."""
+    name = domain_or_stem.partition(":")[0]  # a domain spec's options do not change its seed harness
+    stem = SEED_HARNESSES.get(name, name)
     if stem not in SEED_HARNESSES.values():
         valid = sorted(set(SEED_HARNESSES) | set(SEED_HARNESSES.values()))
         raise ConfigError(f"no seed harness for {domain_or_stem!r}; valid names are {', '.join(valid)}")

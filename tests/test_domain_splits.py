@@ -24,6 +24,24 @@ def test_registry_rejects_unknown_names_and_options():
         get_domain("math", max_rating=3)
 
 
+def test_a_domain_spec_carries_constructor_options():
+    from domains import parse_domain_spec
+    from harness_programs import seed_harness_path
+
+    assert parse_domain_spec("search") == ("search", {})
+    assert parse_domain_spec("chess:max_rating=900,themes=mateIn1") == (
+        "chess",
+        {"max_rating": 900, "themes": "mateIn1"},
+    )
+    squad = get_domain("squad:score=f1")
+    assert squad.score == "f1" and get_domain("squad:score=f1", score="em").score == "em"
+    assert seed_harness_path("squad:score=f1") == seed_harness_path("squad")
+    bad_specs = {"search:score": "key=value", "search:score=bleu": "unknown score", "math:x=1": "bad options"}
+    for bad, message in bad_specs.items():
+        with pytest.raises(ConfigError, match=message):
+            get_domain(bad)
+
+
 def test_splits_are_disjoint_unique_and_non_empty(domain):
     assert isinstance(domain, Domain)
     ids = {split: [ex.task_id for ex in domain.load(split)] for split in SPLITS}

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import dspy
 
+from whale_dspy.cli.wiring import DOMAIN_HELP
 from whale_dspy.evaluation import EvalReport, evaluate
 from whale_dspy.harness import HarnessProgram, HarnessSource
 from whale_dspy.protocols import SPLITS
@@ -19,7 +20,7 @@ OUTPUT_FORMATS = ("chat", "json")
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("eval", help="evaluate a harness on a domain split (mean@k, traces)")
-    parser.add_argument("--domain", required=True, help="chess, math, math500, search or squad")
+    parser.add_argument("--domain", required=True, help=DOMAIN_HELP)
     parser.add_argument(
         "--harness", default=None, help="seed harness name or a harness .py file (default: h0)"
     )

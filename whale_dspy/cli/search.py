@@ -23,6 +23,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from whale_dspy.cli.wiring import DOMAIN_HELP
 from whale_dspy.evaluation import InProcessEvaluator, PairedGain, paired_gain
 from whale_dspy.harness import HarnessProgram, HarnessSource
 from whale_dspy.jsonl import atomic_write_json
@@ -35,7 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "search", help="search harness code with Meta-Harness (harness phase only)"
     )
-    parser.add_argument("--domain", required=True, help="chess, math, math500, search or squad")
+    parser.add_argument("--domain", required=True, help=DOMAIN_HELP)
     parser.add_argument(
         "--proposer", default="mutation", help="mutation, lm:MODEL, agent:MODEL, command:'CMD'"
     )

@@ -13,12 +13,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from whale_dspy.cli.wiring import DOMAIN_HELP
+
 PRESETS = ("cpu", "gpu")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("train", help="run the weight phase alone (RFT of a LoRA adapter)")
-    parser.add_argument("--domain", required=True, help="chess, math, math500, search or squad")
+    parser.add_argument("--domain", required=True, help=DOMAIN_HELP)
     parser.add_argument("--model", default="smollm2-135m", help="embedded model name, local folder or hub id")
     parser.add_argument(
         "--harness", default=None, help="seed harness name or a harness .py file (default h0)"

@@ -21,6 +21,7 @@ from whale_dspy.protocols import Domain, InferenceBackend
 from whale_dspy.rundir import RunDir
 
 PRESETS = ("cpu", "gpu")
+DOMAIN_HELP = "chess, math, math500, search or squad; options as NAME:key=value (e.g. search:score=f1)"
 EVAL_SECONDS = 6 * 3600
 """Wall-clock cap of one contained checkpoint evaluation (k samples of every test task on a CPU)."""
 DATA_SEED = 0
@@ -75,7 +76,7 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, method: bool = True) -
     """The options `run` and `compare` share (defaults live in RunSettings)."""
     from optimizers.methods import METHODS
 
-    parser.add_argument("--domain", help="task family (chess, math, math500, search, squad)")
+    parser.add_argument("--domain", help=DOMAIN_HELP)
     if method:
         parser.add_argument("--method", choices=tuple(METHODS), help="whale or a baseline (default whale)")
     parser.add_argument("--schedule", help="fixed:E,I or patience:key=value,... (default fixed:0.6,6)")
