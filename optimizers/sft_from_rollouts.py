@@ -20,9 +20,14 @@ def accepted(rollouts: Sequence[Rollout], threshold: float) -> list[Rollout]:
 
 
 def sft_examples(rollouts: Sequence[Rollout]) -> list[SFTExample]:
-    """One example per LM call of each rollout, in rollout order then call order."""
+    """One example per LM call of each rollout, in rollout order then call order.
+
+    A call whose completion the adapter could not parse is left out: in a rollout that
+    succeeded through DSPy's JSON retry, that malformed first answer is what not to learn.
+    """
     return [
         SFTExample(messages=call.messages, completion=call.completion)
         for rollout in rollouts
         for call in rollout.lm_calls
+        if call.parsed
     ]

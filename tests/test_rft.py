@@ -57,6 +57,24 @@ def test_a_multi_call_rollout_gives_one_example_per_call_in_call_order(tmp_path)
     assert trainer.calls[0].examples == tuple(expected)
 
 
+def test_a_completion_the_adapter_could_not_parse_is_kept_in_the_trace_but_never_trained_on(tmp_path):
+    # Sample 0 first answers outside ChatAdapter's format; DSPy retries with its JSON adapter,
+    # which succeeds, so the rollout is accepted. Sample 1 answers wrong in format.
+    malformed, retried = "alpha, I am fairly sure", '{"answer": "alpha"}'
+    rft, _, trainer = make_rft(
+        {"QALPHA": [malformed, retried, reply(answer="wrong")]}, tmp_path, batch_size=1
+    )
+    next(rft.steps(program(), tasks("ALPHA")))
+
+    (examples,) = [call.examples for call in trainer.calls]
+    assert [e.completion for e in examples] == [retried]
+    traced = [
+        Rollout.from_dict(row) for row in read_jsonl(tmp_path / "run" / "traces" / "rft" / "step-0000.jsonl")
+    ]
+    accepted = next(r for r in traced if r.score == 1.0)
+    assert [(c.completion, c.parsed) for c in accepted.lm_calls] == [(malformed, False), (retried, True)]
+
+
 def test_each_step_trains_a_new_name_from_the_last_adapter_and_rebinds_the_program(tmp_path):
     rft, backend, trainer = make_rft(
         {"base": reply(answer="alpha from base"), "policy-r01-s0000": reply(answer="alpha from s0")},

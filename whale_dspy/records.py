@@ -43,6 +43,8 @@ class LMCall:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     sampling: dict[str, Any] = field(default_factory=dict)
+    parsed: bool = True
+    """False when the harness's adapter could not parse this completion (the call was retried)."""
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> LMCall:

@@ -11,6 +11,8 @@ the harness caught the LM's error itself.
 
 from __future__ import annotations
 
+import collections
+import dataclasses
 import functools
 import logging
 import threading
@@ -113,15 +115,44 @@ def sampling_for(lm: dspy.BaseLM, rollout_id: int, sampling: dict[str, Any]) -> 
     return {**sampling, "seed": rollout_id}
 
 
-class ServerFailureWatch(BaseCallback):
-    """Sees every LM call's exception, including those a harness's own try/except swallows."""
+class RolloutWatch(BaseCallback):
+    """Sees what a rollout's LM history cannot tell: each LM call's error, including one a
+    harness's own try/except swallows, and which completions the adapter failed to parse."""
 
     def __init__(self) -> None:
-        self.failure: BaseException | None = None
+        self.server_failure: BaseException | None = None
+        self._lock = threading.Lock()
+        self._parsing: dict[str, str] = {}
+        self._unparsed: collections.Counter[str] = collections.Counter()
 
     def on_lm_end(self, call_id: str, outputs: Any, exception: BaseException | None = None) -> None:
-        if self.failure is None and server_failed(exception):
-            self.failure = exception
+        if self.server_failure is None and server_failed(exception):
+            self.server_failure = exception
+
+    def on_adapter_parse_start(self, call_id: str, instance: Any, inputs: dict[str, Any]) -> None:
+        with self._lock:
+            self._parsing[call_id] = str(inputs.get("completion", ""))
+
+    def on_adapter_parse_end(
+        self, call_id: str, outputs: Any, exception: BaseException | None = None
+    ) -> None:
+        with self._lock:
+            completion = self._parsing.pop(call_id, None)
+            if exception is not None and completion is not None:
+                self._unparsed[completion] += 1
+
+    def lm_calls(self, history: list[dict[str, Any]], sampling: dict[str, Any]) -> tuple[LMCall, ...]:
+        """The history as LMCalls; a completion whose parse failed (say, ChatAdapter's, before DSPy's
+        JSON retry) is marked `parsed=False`, matched by text to the earliest such call."""
+        unparsed = self._unparsed.copy()
+        calls = []
+        for entry in history:
+            call = lm_call_from_history(entry, sampling)
+            if unparsed[call.completion] > 0:
+                unparsed[call.completion] -= 1
+                call = dataclasses.replace(call, parsed=False)
+            calls.append(call)
+        return tuple(calls)
 
 
 def server_failed(error: BaseException | None) -> bool:
@@ -150,7 +181,7 @@ def run_rollout(
     """
     rollout_lm = lm.copy(rollout_id=rollout_id, **sampling_for(lm, rollout_id, sampling))
     recorder = ToolRecorder()
-    watch = ServerFailureWatch()
+    watch = RolloutWatch()
     started = time.perf_counter()
     prediction, error = None, None
     try:
@@ -160,11 +191,12 @@ def run_rollout(
     except Exception as exc:
         error = f"{type(exc).__name__}: {exc}"
         log.debug("rollout %s/%s failed: %s", example.get("task_id"), sample, error)
-    if watch.failure is not None:
+    if watch.server_failure is not None:
+        failure = watch.server_failure
         raise BackendError(
             f"the inference server failed during rollout {example.get('task_id')}/{sample}: "
-            f"{type(watch.failure).__name__}: {watch.failure}"
-        ) from watch.failure
+            f"{type(failure).__name__}: {failure}"
+        ) from failure
     score, metric_error = score_of(metric, example, prediction)
     kept_sampling = {
         key: rollout_lm.kwargs.get(key) for key in ("temperature", "max_tokens", "rollout_id", "seed")
@@ -179,7 +211,7 @@ def run_rollout(
         prediction=prediction_dict(prediction),
         score=score,
         error=error or metric_error,
-        lm_calls=tuple(lm_call_from_history(entry, kept_sampling) for entry in rollout_lm.history),
+        lm_calls=watch.lm_calls(rollout_lm.history, kept_sampling),
         tool_calls=tuple(recorder.calls),
         seconds=time.perf_counter() - started,
     )
