@@ -44,7 +44,8 @@ class LMCall:
     completion_tokens: int = 0
     sampling: dict[str, Any] = field(default_factory=dict)
     parsed: bool = True
-    """False when the harness's adapter could not parse this completion (the call was retried)."""
+    """False when the harness's adapter could not parse this completion (the call was retried).
+    Seen for in-process rollouts (the weight phase's); a sandboxed child parses out of sight."""
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> LMCall:
