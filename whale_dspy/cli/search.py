@@ -194,8 +194,9 @@ def search(
     best = optimizer.compile(student, trainset=setup["searchset"])
     console.print(iteration_table(best.report))
     programs = {"h0": student}
+    best_label = f"best ({best.source.name})"
     if best.source.digest != student.source.digest:
-        programs[f"best ({best.source.name})"] = best
+        programs[best_label] = best
     reports = {}
     evaluator = held_out_evaluator(optimizer.evaluator, len(setup["testset"]) * args.eval_k)
     for label, program in programs.items():  # the best harness is candidate code: contained as well
@@ -209,8 +210,8 @@ def search(
     }
     console.print(test_table(results, args.eval_k))
     record = {"search": asdict(best.report), "test": results}
-    if len(reports) == 2:  # h0 and a different best: the same tasks and sample ids, so pair them
-        gain = paired_gain(*reports.values())
+    if best_label in reports:  # a best unlike h0, on the same tasks and sample ids: pair them
+        gain = paired_gain(reports["h0"], reports[best_label])
         record["gain_over_h0"] = gain.to_dict()
         console.print(gain_line(gain))
     atomic_write_json(run_dir / "search_report.json", record)
