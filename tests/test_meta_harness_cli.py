@@ -61,3 +61,16 @@ def test_search_is_sandboxed_unless_told_otherwise():
     held_out = search.held_out_evaluator(contained, rollouts=80)  # 27 waves of 3 rollouts
     assert held_out.limits.candidate_seconds >= 27 * contained.limits.task_seconds
     assert search.held_out_evaluator(trusted, rollouts=80) is trusted
+
+
+def test_search_reuses_a_running_server_when_given_its_url(tmp_path, monkeypatch):
+    from whale_dspy.backends import RemoteServer
+
+    used = []
+    monkeypatch.setattr(search, "search", lambda setup, backend, args, console: used.append(backend) or 0)
+    url = "http://127.0.0.1:9"
+    args = parse(
+        "--domain", "math", "--model", str(tmp_path), "--server-url", url, "--run-dir", str(tmp_path / "run")
+    )
+    assert search.run(args) == 0
+    assert isinstance(used[0], RemoteServer) and used[0].url == url

@@ -1,4 +1,4 @@
-"""`whale search`: a Meta-Harness search on the embedded model, then best vs h0 on held-out tests.
+"""`whale search`: a Meta-Harness search on the embedded model (or a running server), then best vs h0 on held-out tests.
 
 Everything that can be wrong with the arguments (domain, proposer, harness,
 config) is checked before the server starts. The archive lands in
@@ -52,6 +52,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--prompt-only", dest="prompt_only", action="store_true", help="prompt edits only")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=8)
+    parser.add_argument("--server-url", dest="server_url", help="reuse a running `whale serve` server")
     parser.add_argument(
         "--no-sandbox",
         dest="sandbox",
@@ -168,11 +169,12 @@ def gain_line(gain: PairedGain) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from whale_dspy.backends import embedded_server
+    from whale_dspy.cli.run import served
+    from whale_dspy.cli.wiring import backend_for_model
 
     setup = prepare(args)
     setup["run_dir"].mkdir(parents=True, exist_ok=True)
-    with embedded_server(args.model, run_dir=setup["run_dir"]) as server:
+    with served(backend_for_model(args.model, setup["run_dir"], args.server_url)) as server:
         return search(setup, server, args, Console())
 
 
