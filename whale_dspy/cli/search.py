@@ -1,7 +1,8 @@
-"""`whale search`: a Meta-Harness search on the embedded model (or a running server), then best vs h0 on held-out tests.
+"""`whale search`: a Meta-Harness search, then the best harness against h0 on held-out tests.
 
 Everything that can be wrong with the arguments (domain, proposer, harness,
-config) is checked before the server starts. The archive lands in
+config) is checked before the server starts (an embedded one, or --server-url
+reuses a running `whale serve`). The archive lands in
 RUN_DIR/archive; RUN_DIR/search_report.json holds the search report and the
 test scores of h0 and of the best harness.
 
