@@ -5,9 +5,11 @@ from __future__ import annotations
 import ast
 import random
 from pathlib import Path
+from typing import Any
 
 import dspy
 import pytest
+from dspy.utils.callback import BaseCallback
 from meta_harness_helpers import BROKEN, GOOD, QA, TOY, archive_with, exact, lm, source, student, tasks
 
 from optimizers.harness_validation import check_imports, prompt_only_violation
@@ -67,6 +69,29 @@ def test_majority_vote_samples_distinct_answers_and_keeps_every_call_in_the_trac
     rollout = run(apply("majority_vote", GOOD), [{"answer": a} for a in ("5", "4", "4", "3", "4")])
     assert rollout.prediction["answer"] == "4" and rollout.score == 1.0
     assert rollout.turns == 5
+
+
+def test_majority_vote_samples_under_distinct_seeds_on_a_seeded_server():
+    """A seeded sampler returns the same completion for the same prompt and seed: five votes
+    under one seed would be one answer five times."""
+
+    class SeedLog(BaseCallback):
+        def __init__(self) -> None:
+            self.seeds: list[int] = []
+
+        def on_lm_start(self, call_id: str, instance: Any, inputs: dict[str, Any]) -> None:
+            self.seeds.append(instance.kwargs.get("seed"))
+
+    program = HarnessProgram(HarnessSource("edited", apply("majority_vote", GOOD)), QA, tools_factory=dict)
+    example = dspy.Example(task_id="t0", question="What is 2+2? #0", answer="4").with_inputs("question")
+    replies = [{"answer": a} for a in ("5", "4", "4", "3", "4")]
+    log = SeedLog()
+    with dspy.context(callbacks=[log]):
+        rollout = run_rollout(
+            program, example, lm=ScriptedLM(replies), metric=exact, sample=0, rollout_id=7, seed=7
+        )
+    assert len(log.seeds) == 5 and len(set(log.seeds)) == 5 and log.seeds[0] == 7
+    assert [call.sampling["seed"] for call in rollout.lm_calls] == log.seeds  # the trace tells the truth
 
 
 def test_verify_retry_uses_the_validator_tool():

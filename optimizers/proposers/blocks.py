@@ -27,7 +27,8 @@ REJECTION_WORDS = ("invalid", "illegal", "error", "false", "incorrect")
 
 
 def run_sample(inner: dspy.Module, inputs: dict[str, Any], index: int) -> dspy.Prediction:
-    """Run `inner` once under a distinct rollout id so DSPy's cache cannot repeat a sample.
+    """Run `inner` once under a distinct rollout id and seed, so neither DSPy's cache nor a
+    seeded server sampler can repeat a sample.
 
     The sample's LM calls are copied into the rollout LM's history, which is the
     trace the optimizer records and trains on.
@@ -35,11 +36,16 @@ def run_sample(inner: dspy.Module, inputs: dict[str, Any], index: int) -> dspy.P
     lm = dspy.settings.lm
     if index == 0:
         return inner(**inputs)
-    sample_lm = lm.copy(rollout_id=(lm.kwargs.get("rollout_id") or 0) * 1009 + index)
+    distinct = {"rollout_id": (lm.kwargs.get("rollout_id") or 0) * 1009 + index}
+    if lm.kwargs.get("seed") is not None:  # same seed, same prompt: the server draws the same sample
+        distinct["seed"] = (lm.kwargs["seed"] * 1009 + index) % 2**31
+    sample_lm = lm.copy(**distinct)
     try:
         with dspy.context(lm=sample_lm):
             return inner(**inputs)
     finally:
+        for entry in sample_lm.history:  # the trace records the sample's own id and seed
+            entry["kwargs"] = {**(entry.get("kwargs") or {}), **distinct}
         lm.history.extend(sample_lm.history)
 
 
