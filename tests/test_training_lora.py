@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -12,7 +14,7 @@ import pytest
 from whale_dspy.errors import TrainingError
 from whale_dspy.protocols import WeightTrainer
 from whale_dspy.records import AdapterRef, SFTExample
-from whale_dspy.training import LoraTrainer, LoraTrainingConfig
+from whale_dspy.training import LoraTrainer, LoraTrainingConfig, lora_trainer
 
 
 def toy_examples(items: range) -> list[SFTExample]:
@@ -69,6 +71,40 @@ def test_a_worker_past_its_timeout_is_killed_and_reported(tmp_path):
     with pytest.raises(TrainingError, match="timeout_s=0.2"):
         trainer.train(toy_examples(range(2)), base="any", parent=None, name="t", out_dir=tmp_path / "t")
     assert not (tmp_path / "t" / "adapter").exists()
+
+
+def training_spans(tmp_path: Path, monkeypatch, device: str) -> list[tuple[float, float]]:
+    """(start, end) of two trainings started at once, with a stand-in worker that takes 0.3 s."""
+    spans = []
+
+    def worker(command, **kwargs):
+        start = time.monotonic()
+        time.sleep(0.3)
+        spans.append((start, time.monotonic()))
+        return subprocess.CompletedProcess(command, 0)
+
+    monkeypatch.setattr(lora_trainer.subprocess, "run", worker)
+    monkeypatch.setattr(lora_trainer, "CPU_TRAINING_LOCK", tmp_path / "training.lock")
+    trainer = LoraTrainer(LoraTrainingConfig(device=device))
+    threads = [
+        threading.Thread(target=trainer._run_worker, args=(tmp_path / f"spec{i}", tmp_path / f"log{i}"))
+        for i in range(2)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return sorted(spans)
+
+
+def test_cpu_trainings_on_one_machine_take_turns(tmp_path, monkeypatch):
+    first, second = training_spans(tmp_path, monkeypatch, "cpu")
+    assert second[0] >= first[1]
+
+
+def test_gpu_trainings_do_not_wait_for_each_other(tmp_path, monkeypatch):
+    first, second = training_spans(tmp_path, monkeypatch, "cuda")
+    assert second[0] < first[1]
 
 
 @pytest.fixture(scope="module")
