@@ -36,7 +36,7 @@ LOG_TAIL_LINES = 40
 CPU_TRAINING_LOCK = Path(tempfile.gettempdir()) / "whale-dspy-cpu-training.lock"
 """CPU trainings on one machine take turns: two study workers training the 0.5B model at once
 beside its server need 2 x 8 GB and got one OOM-killed on a 24 GB machine, and they share the
-same cores anyway. GPU trainings do not wait."""
+same cores anyway. GPU trainings do not wait. A call's reported seconds include its wait."""
 
 
 def adapter_dir(out_dir: Path) -> Path:
