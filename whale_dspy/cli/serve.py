@@ -1,11 +1,51 @@
-"""`whale serve`: run the embedded vLLM server in the foreground until Ctrl-C."""
+"""`whale serve`: run the embedded vLLM server in the foreground until Ctrl-C.
+
+It also ends (exit 1) when the server process exits or when its engine stops
+answering /health, so that workers sharing it fail fast instead of talking to an
+API server whose engine is gone.
+"""
 
 from __future__ import annotations
 
 import argparse
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
+
+HEALTH_EVERY_S = 30.0
+"""Seconds between /health checks; a loaded CPU server can take seconds to answer one."""
+
+HEALTH_FAILURES = 3
+"""Consecutive failed /health checks that end `whale serve`: one slow answer is not a death."""
+
+
+class Watched(Protocol):
+    def alive(self) -> bool: ...
+
+    def healthy(self) -> bool: ...
+
+
+def watch(
+    server: Watched,
+    *,
+    health_every_s: float = HEALTH_EVERY_S,
+    failures: int = HEALTH_FAILURES,
+    sleep: Callable[[float], None] = time.sleep,
+) -> str:
+    """Block until the server process exits or its /health fails `failures` times in a row; say which."""
+    failed, since_check = 0, 0.0
+    while server.alive():
+        sleep(1.0)
+        since_check += 1.0
+        if since_check < health_every_s:
+            continue
+        since_check = 0.0
+        failed = 0 if server.healthy() else failed + 1
+        if failed >= failures:
+            return f"the server's /health failed {failed} times in a row (its engine may have died)"
+    return "the server exited"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -29,10 +69,9 @@ def run(args: argparse.Namespace) -> int:
     with server:
         print(f"serving {args.model} as '{server.served_name}' at {server.url}/v1 (log {log}); Ctrl-C stops")
         try:
-            while server.alive():
-                time.sleep(1.0)
+            reason = watch(server)
         except KeyboardInterrupt:
             print("stopping")
             return 0
-    print(f"the server exited; see {log}")
+    print(f"{reason}; see {log}")
     return 1
