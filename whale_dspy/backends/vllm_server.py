@@ -181,20 +181,15 @@ class VLLMServer(RemoteServer):
         return argv + list(self.extra_args)
 
     def _wait_healthy(self) -> None:
-        import httpx
-
         assert self._process is not None
         started = time.monotonic()
         while time.monotonic() - started < self.startup_timeout_s:
             code = self._process.exit_code()
             if code is not None:
                 raise BackendError(f"vLLM exited with code {code} during startup{self._failure_context()}")
-            try:
-                if httpx.get(f"{self._url}/health", timeout=2.0).status_code == 200:
-                    logger.info("vLLM healthy at %s after %.0f s", self._url, time.monotonic() - started)
-                    return
-            except httpx.HTTPError:
-                pass
+            if self.healthy(timeout_s=2.0):
+                logger.info("vLLM healthy at %s after %.0f s", self._url, time.monotonic() - started)
+                return
             time.sleep(0.5)
         raise BackendError(
             f"vLLM did not become healthy within {self.startup_timeout_s:.0f} s{self._failure_context()}"
