@@ -32,6 +32,8 @@ def main() -> None:
     import threading
 
     import whale_dspy
+    import whale_dspy.harness  # noqa: F401  Runner's own imports, loaded while root can still read
+    import whale_dspy.rollouts  # noqa: F401  them: the dropped uid cannot read a private checkout
     from whale_dspy.sandbox.guard import Guard
     from whale_dspy.sandbox.proxy import Requests
     from whale_dspy.sandbox.specs import rebuild_signature
