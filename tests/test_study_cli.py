@@ -24,7 +24,7 @@ from whale_helpers import (
 
 from optimizers.schedules import parse_schedule
 from optimizers.search_space import SearchSpace
-from optimizers.study import StudyConfig, run_study, summarize
+from optimizers.study import StudyConfig, make_pruner, run_study, summarize
 from whale_dspy.cli import study as study_cli
 from whale_dspy.cli.wiring import RunData, RunSettings
 from whale_dspy.errors import ConfigError
@@ -51,6 +51,7 @@ def parse(*argv: str) -> argparse.Namespace:
         ),
         (["--domain", "math", "--trials", "2"], "--budget"),
         (["--domain", "math", "--budget", "200", "--trials", "2", "--space", "/no/such.json"], "--space"),
+        (["--domain", "math", "--budget", "200", "--trials", "2", "--startup-trials", "-1"], "startup_trials"),
     ],
 )
 def test_bad_flags_fail_before_data_or_a_server(argv, message, tmp_path):
@@ -67,6 +68,13 @@ def test_a_space_file_narrows_the_defaults(tmp_path):
     assert config.space.kinds == ("fixed",) and config.space.harness_iterations.high == 4
     assert config.space.epochs == SearchSpace().epochs
     assert (config.budget, config.report_every, config.study_name) == (500, 50, "whale-math-b500")
+    assert config.startup_trials == 3
+
+
+def test_startup_trials_reach_the_median_pruner():
+    args = parse("--domain", "math", "--budget", "500", "--trials", "3", "--startup-trials", "1")
+    pruner = make_pruner(study_cli.study_config(args, study_cli.run_settings(args)))
+    assert pruner.wrapped._n_startup_trials == 1
 
 
 def test_the_printed_run_flags_rebuild_the_same_settings():

@@ -48,6 +48,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--storage", help="sqlite:///F.db, postgresql://..., mysql://..., journal:///F.log")
     parser.add_argument("--study-name", dest="study_name", default=None, help="default whale-DOMAIN-bBUDGET")
     parser.add_argument("--pruner", choices=PRUNERS, default="patient-median")
+    parser.add_argument(
+        "--startup-trials",
+        dest="startup_trials",
+        type=int,
+        default=3,
+        help="patient-median: completed trials before any pruning (default 3)",
+    )
     parser.add_argument("--server-url", dest="server_url", help="reuse a running `whale serve` server")
     parser.add_argument("--out", type=Path, default=Path("studies"), help="trial run directories and figures")
     parser.add_argument(
@@ -82,6 +89,7 @@ def study_config(args: argparse.Namespace, settings: RunSettings) -> Any:
         report_every=settings.every,
         storage=args.storage,
         pruner=args.pruner,
+        startup_trials=args.startup_trials,
         seed=args.sampler_seed,
         space=space,
     )
