@@ -103,6 +103,27 @@ def test_compare_validates_methods_and_seeds_first(tmp_path):
     ]
 
 
+def test_compare_runs_each_alternating_method_once_per_schedule(tmp_path):
+    args = argparse.Namespace(
+        domain="math", methods="whale,weight-only,fst", seeds="0", out=tmp_path, budget=50,
+        schedule=["fixed:0.5,2", "patience:harness_max=3"],
+    )  # fmt: skip
+    runs, out = compare.plan(args)
+    assert [(s.method, s.schedule, s.run_tag, d.relative_to(out).as_posix()) for s, d in runs] == [
+        ("whale", "fixed:0.5,2", "whale-fixed-0", "whale-fixed/seed-0"),
+        ("whale", "patience:harness_max=3", "whale-patience-0", "whale-patience/seed-0"),
+        ("weight-only", "fixed:0.5,2", None, "weight-only/seed-0"),
+        ("fst", "fixed:0.5,2", "fst-fixed-0", "fst-fixed/seed-0"),
+        ("fst", "patience:harness_max=3", "fst-patience-0", "fst-patience/seed-0"),
+    ]
+    args.schedule = ["fixed:0.5,2", "fixed:0.50,2"]
+    with pytest.raises(ConfigError, match="one schedule twice"):
+        compare.plan(args)
+    args.schedule = ["fixed:0.5,2", "fixed:1,2"]
+    folders = [d.relative_to(tmp_path).as_posix() for _, d in compare.plan(args)[0]]
+    assert folders[:2] == ["whale-fixed-0.5-2/seed-0", "whale-fixed-1-2/seed-0"]
+
+
 def test_transfer_picks_the_weights_of_another_run(finished, tmp_path):
     run_dir, result = finished
     settings = run.RunSettings.from_run(run_dir)

@@ -74,3 +74,17 @@ def test_plot_writes_a_png(tmp_path):
     path = plot_curves(REPORTS + [report("harness-only", [])], tmp_path / "plots" / "curve.png", title="t")
     data = path.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
+
+
+def test_a_method_run_under_two_schedules_gets_a_row_and_a_line_per_schedule(tmp_path):
+    fixed = [{**r, "schedule": "fixed:0.5,2"} for r in REPORTS]
+    adaptive = {**report("whale", [point(0, 0.2), point(100, 0.9)]), "schedule": "patience:harness_max=3"}
+    summaries = summarize_methods([*fixed, adaptive])
+    assert [(s.method, s.seeds) for s in summaries] == [
+        ("whale (fixed)", 2), ("weight-only", 1), ("whale (patience)", 1),
+    ]  # fmt: skip
+    assert summaries[2].best.mean == pytest.approx(0.9)
+    twin = {**adaptive, "schedule": "fixed:1,2"}
+    labels = [s.method for s in summarize_methods([*fixed, twin])]
+    assert labels == ["whale (fixed:0.5,2)", "weight-only", "whale (fixed:1,2)"]
+    assert plot_curves([*fixed, adaptive], tmp_path / "curve.png").stat().st_size > 0

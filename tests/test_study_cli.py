@@ -51,7 +51,10 @@ def parse(*argv: str) -> argparse.Namespace:
         ),
         (["--domain", "math", "--trials", "2"], "--budget"),
         (["--domain", "math", "--budget", "200", "--trials", "2", "--space", "/no/such.json"], "--space"),
-        (["--domain", "math", "--budget", "200", "--trials", "2", "--startup-trials", "-1"], "startup_trials"),
+        (
+            ["--domain", "math", "--budget", "200", "--trials", "2", "--startup-trials", "-1"],
+            "startup_trials",
+        ),
     ],
 )
 def test_bad_flags_fail_before_data_or_a_server(argv, message, tmp_path):

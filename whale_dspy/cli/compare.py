@@ -1,7 +1,10 @@
 """`whale compare`: several methods on the same seeds, tasks and rollout budget, sharing one server.
 
 Each (method, seed) is an ordinary run directory under OUT/METHOD/seed-S, so an
-interrupted comparison continues where it stopped when run again. OUT gets the
+interrupted comparison continues where it stopped when run again. --schedule
+may be repeated (WHALE fixed and adaptive in one table): every method that
+alternates phases (whale, fst) then runs once per schedule, under
+OUT/METHOD-KIND/seed-S; the others do not consult a schedule and run once. OUT gets the
 Markdown table (best and final mean@k with CIs, mean over seeds) and the plot
 of accuracy against rollouts per method.
 """
@@ -9,6 +12,7 @@ of accuracy against rollouts per method.
 from __future__ import annotations
 
 import argparse
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -16,7 +20,7 @@ from rich.console import Console
 
 from whale_dspy.cli.report import print_summary, write_outputs
 from whale_dspy.cli.run import check_same_settings, execute, served
-from whale_dspy.cli.wiring import RunSettings, add_run_arguments, load_data, make_backend
+from whale_dspy.cli.wiring import SCHEDULE_HELP, RunSettings, add_run_arguments, load_data, make_backend
 from whale_dspy.errors import ConfigError
 
 ALL_METHODS = "whale,weight-only,harness-only,fst,stagewise"
@@ -24,7 +28,10 @@ ALL_METHODS = "whale,weight-only,harness-only,fst,stagewise"
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("compare", help="run several methods on the same seeds and budget")
-    add_run_arguments(parser, method=False)
+    add_run_arguments(parser, method=False, schedule=False)
+    parser.add_argument(
+        "--schedule", action="append", help=f"{SCHEDULE_HELP}; repeat to compare schedules (whale, fst)"
+    )
     parser.add_argument("--methods", default=ALL_METHODS, help=f"comma-separated (default {ALL_METHODS})")
     parser.add_argument("--seeds", default="0", help="comma-separated seeds (default 0)")
     parser.add_argument("--out", type=Path, help="default runs/compare-DOMAIN")
@@ -34,25 +41,33 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def plan(args: argparse.Namespace) -> tuple[list[tuple[RunSettings, Path]], Path]:
     """Every (settings, run dir) of the comparison, validated before the server starts."""
     from optimizers.methods import get_method
+    from optimizers.schedules import parse_schedule
+    from whale_dspy.reporting.tables import schedule_label
 
     if not args.domain:
         raise ConfigError("whale compare needs --domain")
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    for method in methods:
-        get_method(method)
+    repeats = {method: get_method(method).repeat for method in methods}
+    specs = getattr(args, "schedule", None) or [RunSettings.schedule]
+    if len({parse_schedule(spec) for spec in specs}) < len(specs):
+        raise ConfigError(f"--schedule lists one schedule twice: {specs}")
     try:
         seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     except ValueError:
         raise ConfigError(f"--seeds must be comma-separated integers, got {args.seeds!r}") from None
     if not methods or not seeds:
         raise ConfigError("whale compare needs at least one method and one seed")
-    base = RunSettings.from_args(args)
+    base = RunSettings.from_args(argparse.Namespace(**{**vars(args), "schedule": specs[0]}))
     out = args.out or Path("runs") / f"compare-{base.domain}"
-    runs = [
-        (replace(base, method=method, seed=seed), out / method / f"seed-{seed}")
-        for seed in seeds
-        for method in methods
-    ]
+    runs = []
+    for seed in seeds:
+        for method in methods:
+            for spec in specs if repeats[method] else specs[:1]:
+                settings, name = replace(base, method=method, seed=seed, schedule=spec), method
+                if len(specs) > 1 and repeats[method]:
+                    name = f"{method}-{re.sub(r'[^A-Za-z0-9.=_-]+', '-', schedule_label(spec, specs))}"
+                    settings = replace(settings, run_tag=f"{name}-{seed}")  # adapter names stay distinct
+                runs.append((settings, out / name / f"seed-{seed}"))
     for settings, run_dir in runs:
         check_same_settings(settings, run_dir)
     return runs, out

@@ -72,14 +72,18 @@ class RunSettings:
         return cls(**config["cli"])
 
 
-def add_run_arguments(parser: argparse.ArgumentParser, *, method: bool = True) -> None:
-    """The options `run` and `compare` share (defaults live in RunSettings)."""
+SCHEDULE_HELP = "fixed:E,I or patience:key=value,... (default fixed:0.6,6)"
+
+
+def add_run_arguments(parser: argparse.ArgumentParser, *, method: bool = True, schedule: bool = True) -> None:
+    """The options `run`, `compare` and `study` share (defaults live in RunSettings)."""
     from optimizers.methods import METHODS
 
     parser.add_argument("--domain", help=DOMAIN_HELP)
     if method:
         parser.add_argument("--method", choices=tuple(METHODS), help="whale or a baseline (default whale)")
-    parser.add_argument("--schedule", help="fixed:E,I or patience:key=value,... (default fixed:0.6,6)")
+    if schedule:
+        parser.add_argument("--schedule", help=SCHEDULE_HELP)
     parser.add_argument("--budget", type=int, help="optimization rollouts (default 2000)")
     parser.add_argument("--model", help="embedded model name, local folder or hub id (default smollm2-135m)")
     parser.add_argument("--eval-every", dest="eval_every", type=int, help="rollouts between test evaluations")

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from whale_dspy.reporting.tables import group_by_method
 
 
 def step_values(curve: Sequence[dict[str, Any]], grid: np.ndarray, key: str) -> np.ndarray:
@@ -37,11 +38,8 @@ def plot_curves(reports: Sequence[dict[str, Any]], path: Path, *, title: str = "
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    by_method: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for report in reports:
-        by_method[report["method"]].append(report)
     figure, axes = plt.subplots(figsize=(7, 4.5))
-    for method, runs in by_method.items():
+    for method, runs in group_by_method(reports).items():
         if not any(r["curve"] for r in runs):
             continue
         grid, mean, low, high = method_curve(runs)

@@ -50,11 +50,30 @@ def _score(points: Sequence[dict[str, Any] | None]) -> Score | None:
     )
 
 
-def summarize_methods(reports: Sequence[dict[str, Any]]) -> list[MethodSummary]:
-    """One summary per method (in first-seen order), averaged over its runs (seeds)."""
-    by_method: dict[str, list[dict[str, Any]]] = defaultdict(list)
+def schedule_label(spec: str, specs: Sequence[str]) -> str:
+    """How a schedule is named beside others of one method: its kind when that is unique, else the spec."""
+    kind = spec.partition(":")[0]
+    return kind if [s.partition(":")[0] for s in set(specs)].count(kind) == 1 else spec
+
+
+def group_by_method(reports: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Runs grouped by method in first-seen order; a method run under several schedules
+    (WHALE fixed and adaptive) gets one group per schedule, labelled `method (schedule)`."""
+    specs: dict[str, list[str]] = defaultdict(list)
     for report in reports:
-        by_method[report["method"]].append(report)
+        specs[report["method"]].append(report.get("schedule", ""))
+    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for report in reports:
+        method, own = report["method"], specs[report["method"]]
+        label = method
+        if len(set(own)) > 1:
+            label = f"{method} ({schedule_label(report['schedule'], own)})"
+        groups[label].append(report)
+    return groups
+
+
+def summarize_methods(reports: Sequence[dict[str, Any]]) -> list[MethodSummary]:
+    """One summary per method (and schedule, where a method ran under several), averaged over seeds."""
     return [
         MethodSummary(
             method=method,
@@ -67,7 +86,7 @@ def summarize_methods(reports: Sequence[dict[str, Any]]) -> list[MethodSummary]:
             train_seconds=float(np.mean([r["spend"]["weight_seconds"] for r in runs])),
             wall_seconds=float(np.mean([r["spend"]["wall_seconds"] for r in runs])),
         )
-        for method, runs in by_method.items()
+        for method, runs in group_by_method(reports).items()
     ]
 
 
