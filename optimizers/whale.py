@@ -39,6 +39,7 @@ from optimizers.checkpoint import (
 from optimizers.methods import HARNESS, WEIGHT, Method, get_method
 from optimizers.phases import HarnessPhase, PhaseDriver, WeightPhase, harness_driver, weight_driver
 from optimizers.schedules import Schedule
+from optimizers.shared_evals import SharedEvaluations
 from optimizers.whale_report import WhaleReport, report_from_state
 from whale_dspy.errors import BackendError, ConfigError
 from whale_dspy.evaluation import InProcessEvaluator
@@ -82,6 +83,7 @@ class WhaleOptimizer(Teleprompter):
         evaluator: CandidateEvaluator | None = None,
         config: dict[str, Any] | None = None,
         on_event: Callable[[dict[str, Any]], None] | None = None,
+        shared_evals: SharedEvaluations | None = None,
     ):
         super().__init__()
         self.method = get_method(method) if isinstance(method, str) else method
@@ -98,6 +100,7 @@ class WhaleOptimizer(Teleprompter):
         # Searched harnesses are model-written code: pass the sandboxed evaluator to score them contained.
         self.evaluator = evaluator or InProcessEvaluator(threads=eval_threads)
         self.extra_config, self.on_event = dict(config or {}), on_event
+        self.shared_evals = shared_evals  # base-weight evaluations other runs already measured
         self.report: WhaleReport | None = None
 
     def compile(
@@ -264,19 +267,32 @@ class WhaleOptimizer(Teleprompter):
             return
         trace = recorder.run.subdir("evals") / f"{data.eval_split}-{spent:08d}.jsonl"
         trace.unlink(missing_ok=True)  # an evaluation interrupted by a crash starts over
+        namespace = f"{EVAL_NAMESPACE}-{data.eval_split}"
+        key = None
+        if self.shared_evals is not None and program.adapter_name is None:
+            key = self.shared_evals.key(
+                harness=program.source.digest,
+                tasks=_fingerprint(data.evalset),
+                k=self.eval_k,
+                namespace=namespace,
+                lm=program.bound_lm,
+            )
+            shared = self.shared_evals.get(key, trace)
+            if shared is not None:
+                # Measured by another run: this run spent no rollouts or time on it.
+                shared.update(eval_rollouts=0, seconds=0.0, shared=key)
+                recorder.record(EVALUATION, rollouts=spent, next_eval=self._next_eval(spent), **shared)
+                return
         result, _ = self.evaluator.evaluate(
             program,
             data.evalset,
             metric=self.metric,
             lm=program.bound_lm,
             k=self.eval_k,
-            namespace=f"{EVAL_NAMESPACE}-{data.eval_split}",
+            namespace=namespace,
             trace_path=trace,
         )
-        recorder.record(
-            EVALUATION,
-            rollouts=spent,
-            next_eval=(spent // self.eval_every + 1) * self.eval_every,
+        fields = dict(
             mean_at_k=result.mean_at_k,
             ci_low=result.ci_low,
             ci_high=result.ci_high,
@@ -291,6 +307,12 @@ class WhaleOptimizer(Teleprompter):
             harness=program.source.name,
             adapter=program.adapter_name,
         )
+        recorder.record(EVALUATION, rollouts=spent, next_eval=self._next_eval(spent), **fields)
+        if key is not None:
+            self.shared_evals.put(key, fields, trace)
+
+    def _next_eval(self, spent: int) -> int:
+        return (spent // self.eval_every + 1) * self.eval_every
 
 
 def _fingerprint(split: Sequence[dspy.Example] | None) -> dict[str, Any] | None:

@@ -167,7 +167,7 @@ class ScriptedBuild:
     def __init__(self):
         self.tags: list[str] = []
 
-    def __call__(self, settings, run_dir, server, data, *, on_event, tag):
+    def __call__(self, settings, run_dir, server, data, *, on_event, tag, shared_evals):
         from optimizers.schedules import parse_schedule
         from optimizers.whale import WhaleOptimizer
 
@@ -186,6 +186,7 @@ class ScriptedBuild:
             harness_phase=FakeHarnessPhase(),
             config={"cli": {"tag": tag}},
             on_event=on_event,
+            shared_evals=shared_evals,
         )
 
 
@@ -210,6 +211,10 @@ def test_study_trials_run_whale_on_validation_and_test_the_chosen_checkpoint_onc
         traces = list((tmp_path / f"trial-{trial.number:04d}" / "evals").glob("*.jsonl"))
         task_ids = {json.loads(line)["task_id"] for path in traces for line in path.read_text().splitlines()}
         assert task_ids == {"val0", "val1", "val2"}
+        # every trial starts from the seed harness on base weights: trial 0 measures it, the others copy it
+        events = [json.loads(line) for line in (Path(trial.user_attrs["run_dir"]) / "events.jsonl").open()]
+        first = next(e for e in events if e["kind"] == "evaluation")
+        assert ("shared" in first) == (trial.number > 0)
     summary = summarize(study, study_cli.run_arguments(settings), trials.test)
     assert summary.test == 1.0 and (tmp_path / f"test-trial-{summary.best_trial:04d}.jsonl").exists()
     assert summary.command.startswith(

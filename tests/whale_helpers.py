@@ -240,7 +240,14 @@ def scripted_run(
         domain, HarnessSource("h0", SEED_HARNESS), tasks("train", 10), tasks("search", 3), tasks("test", 2)
     )
 
-    def build(settings: RunSettings, run_dir: Path, server: FakeBackend, data: RunData, on_event: Any) -> Any:
+    def build(
+        settings: RunSettings,
+        run_dir: Path,
+        server: FakeBackend,
+        data: RunData,
+        on_event: Any,
+        shared_evals: Any,
+    ) -> Any:
         from optimizers.schedules import parse_schedule
 
         return WhaleOptimizer(
@@ -257,6 +264,7 @@ def scripted_run(
             method=settings.method,
             config={"cli": asdict(settings)},
             on_event=on_event,
+            shared_evals=shared_evals,
         )
 
     return execute(settings, run_dir, backend(), data, console=console, build=build)

@@ -4,7 +4,9 @@ Each (method, seed) is an ordinary run directory under OUT/METHOD/seed-S, so an
 interrupted comparison continues where it stopped when run again. --schedule
 may be repeated (WHALE fixed and adaptive in one table): every method that
 alternates phases (whale, fst) then runs once per schedule, under
-OUT/METHOD-KIND/seed-S; the others do not consult a schedule and run once. OUT gets the
+OUT/METHOD-KIND/seed-S; the others do not consult a schedule and run once.
+All runs start from the seed harness on base weights, so that program's
+evaluation is measured once and shared (OUT/shared-evals). OUT gets the
 Markdown table (best and final mean@k with CIs, mean over seeds) and the plot
 of accuracy against rollouts per method.
 """
@@ -20,7 +22,14 @@ from rich.console import Console
 
 from whale_dspy.cli.report import print_summary, write_outputs
 from whale_dspy.cli.run import check_same_settings, execute, served
-from whale_dspy.cli.wiring import SCHEDULE_HELP, RunSettings, add_run_arguments, load_data, make_backend
+from whale_dspy.cli.wiring import (
+    SCHEDULE_HELP,
+    RunSettings,
+    add_run_arguments,
+    load_data,
+    make_backend,
+    shared_evaluations,
+)
 from whale_dspy.errors import ConfigError
 
 ALL_METHODS = "whale,weight-only,harness-only,fst,stagewise"
@@ -77,8 +86,12 @@ def run(args: argparse.Namespace) -> int:
     console = Console()
     runs, out = plan(args)
     data = load_data(runs[0][0])
+    shared = shared_evaluations(runs[0][0], out)  # the seed program is scored once
     with served(make_backend(runs[0][0], out)) as backend:
-        reports = [execute(settings, run_dir, backend, data, console=console) for settings, run_dir in runs]
+        reports = [
+            execute(settings, run_dir, backend, data, console=console, shared_evals=shared)
+            for settings, run_dir in runs
+        ]
     table, plot = write_outputs(
         out, reports, title=f"{runs[0][0].domain}: methods on {runs[0][0].budget} rollouts"
     )

@@ -119,12 +119,13 @@ def execute(
     *,
     console: Console | None = None,
     build: Builder = make_optimizer,
+    shared_evals: Any = None,
 ) -> dict[str, Any]:
     """Compile (or continue) the run on a started backend, write its outputs, return its report dict."""
     console = console or Console()
     progress = RunProgress(console, settings)
     with progress.progress:
-        optimizer = build(settings, run_dir, backend, data, on_event=progress)
+        optimizer = build(settings, run_dir, backend, data, on_event=progress, shared_evals=shared_evals)
         program = optimizer.compile(
             student_of(data, backend), trainset=data.trainset, searchset=data.searchset, testset=data.testset
         )

@@ -30,6 +30,7 @@ from whale_dspy.cli.wiring import (
     backend_for_model,
     load_data,
     make_optimizer,
+    shared_evaluations,
     student_of,
 )
 from whale_dspy.errors import ConfigError, WhaleError
@@ -141,6 +142,7 @@ class StudyTrials:
     ):
         self.settings, self.data, self.valset, self.backend = settings, data, valset, backend
         self.out, self.tag, self.wilcoxon, self.build = out, tag, wilcoxon, build
+        self.shared = shared_evaluations(settings, out)  # every trial starts from the same base program
 
     def __call__(self, context: Any, reporter: Any) -> float:
         settings = replace(self.settings, schedule=context.schedule.spec())
@@ -148,7 +150,9 @@ class StudyTrials:
         reporter.record(run_dir=str(run_dir.resolve()), host=socket.gethostname())
         listener = ValidationListener(reporter, run_dir, wilcoxon=self.wilcoxon)
         tag = f"{self.tag}-{context.name}"
-        optimizer = self.build(settings, run_dir, self.backend, self.data, on_event=listener, tag=tag)
+        optimizer = self.build(
+            settings, run_dir, self.backend, self.data, on_event=listener, tag=tag, shared_evals=self.shared
+        )
         program = optimizer.compile(
             student_of(self.data, self.backend),
             trainset=self.data.trainset,

@@ -183,6 +183,7 @@ def make_optimizer(
     backend: InferenceBackend,
     data: RunData,
     on_event: Callable[[dict[str, Any]], None] | None = None,
+    shared_evals: Any = None,
 ) -> Any:
     from optimizers.meta_harness import sandboxed_evaluator
     from optimizers.methods import get_method
@@ -207,4 +208,13 @@ def make_optimizer(
         method=method,
         config={"cli": asdict(settings), **configs},
         on_event=on_event,
+        shared_evals=shared_evals,
     )
+
+
+def shared_evaluations(settings: RunSettings, out: Path) -> Any:
+    """OUT/shared-evals: where runs on one model and domain (a comparison's methods, a study's
+    trials) share the evaluations of identical base-weight programs."""
+    from optimizers.shared_evals import SharedEvaluations
+
+    return SharedEvaluations(out / "shared-evals", scope=f"{settings.model}|{settings.domain}")
