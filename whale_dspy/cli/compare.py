@@ -2,9 +2,9 @@
 
 Each (method, seed) is an ordinary run directory under OUT/METHOD/seed-S, so an
 interrupted comparison continues where it stopped when run again. --schedule
-may be repeated (WHALE fixed and adaptive in one table): every method that
-alternates phases (whale, fst) then runs once per schedule, under
-OUT/METHOD-KIND/seed-S; the others do not consult a schedule and run once.
+may be repeated (WHALE fixed and adaptive in one table): whale then runs once
+per schedule, under OUT/whale-KIND/seed-S, and the baselines once, under the
+first schedule (fst alternates by it; the others do not consult one).
 All runs start from the seed harness on base weights, so that program's
 evaluation is measured once and shared (OUT/shared-evals). OUT gets the
 Markdown table (best and final mean@k with CIs, mean over seeds) and the plot
@@ -33,13 +33,15 @@ from whale_dspy.cli.wiring import (
 from whale_dspy.errors import ConfigError
 
 ALL_METHODS = "whale,weight-only,harness-only,fst,stagewise"
+SWEPT = "whale"
+"""The method a repeated --schedule multiplies; the baselines keep the first schedule."""
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("compare", help="run several methods on the same seeds and budget")
     add_run_arguments(parser, method=False, schedule=False)
     parser.add_argument(
-        "--schedule", action="append", help=f"{SCHEDULE_HELP}; repeat to compare schedules (whale, fst)"
+        "--schedule", action="append", help=f"{SCHEDULE_HELP}; repeat to run whale under each"
     )
     parser.add_argument("--methods", default=ALL_METHODS, help=f"comma-separated (default {ALL_METHODS})")
     parser.add_argument("--seeds", default="0", help="comma-separated seeds (default 0)")
@@ -56,7 +58,8 @@ def plan(args: argparse.Namespace) -> tuple[list[tuple[RunSettings, Path]], Path
     if not args.domain:
         raise ConfigError("whale compare needs --domain")
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    repeats = {method: get_method(method).repeat for method in methods}
+    for method in methods:
+        get_method(method)
     specs = getattr(args, "schedule", None) or [RunSettings.schedule]
     if len({parse_schedule(spec) for spec in specs}) < len(specs):
         raise ConfigError(f"--schedule lists one schedule twice: {specs}")
@@ -71,9 +74,9 @@ def plan(args: argparse.Namespace) -> tuple[list[tuple[RunSettings, Path]], Path
     runs = []
     for seed in seeds:
         for method in methods:
-            for spec in specs if repeats[method] else specs[:1]:
+            for spec in specs if method == SWEPT else specs[:1]:
                 settings, name = replace(base, method=method, seed=seed, schedule=spec), method
-                if len(specs) > 1 and repeats[method]:
+                if len(specs) > 1 and method == SWEPT:
                     name = f"{method}-{re.sub(r'[^A-Za-z0-9.=_-]+', '-', schedule_label(spec, specs))}"
                     settings = replace(settings, run_tag=f"{name}-{seed}")  # adapter names stay distinct
                 runs.append((settings, out / name / f"seed-{seed}"))
