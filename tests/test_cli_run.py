@@ -123,6 +123,24 @@ def test_compare_runs_whale_once_per_schedule_and_the_baselines_once(tmp_path):
     assert folders[:2] == ["whale-fixed-0.5-2/seed-0", "whale-fixed-1-2/seed-0"]
 
 
+def test_compare_reuses_a_running_server_and_shares_its_evaluations_folder(tmp_path, monkeypatch):
+    from whale_dspy.backends import RemoteServer
+
+    calls = []
+    monkeypatch.setattr(compare, "load_data", lambda settings: None)
+    monkeypatch.setattr(compare, "write_outputs", lambda *args, **kwargs: ("table", "plot"))
+    monkeypatch.setattr(compare, "print_summary", lambda *args: None)
+    monkeypatch.setattr(
+        compare, "execute", lambda settings, run_dir, backend, data, **kw: calls.append((backend, kw)) or {}
+    )
+    url = "http://127.0.0.1:9"
+    argv = ("--domain", "math", "--model", str(tmp_path), "--methods", "whale,fst", "--seeds", "0,1")
+    assert cli("compare", *argv, "--server-url", url, "--out", str(tmp_path / "cmp")) == 0
+    assert len(calls) == 4 and all(isinstance(backend, RemoteServer) for backend, _ in calls)
+    assert {backend.url for backend, _ in calls} == {url}
+    assert {kw["shared_evals"].root for _, kw in calls} == {tmp_path / "cmp" / "shared-evals"}
+
+
 def test_transfer_picks_the_weights_of_another_run(finished, tmp_path):
     run_dir, result = finished
     settings = run.RunSettings.from_run(run_dir)

@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     runs, out = plan(args)
     data = load_data(runs[0][0])
     shared = shared_evaluations(runs[0][0], out)  # the seed program is scored once
-    with served(make_backend(runs[0][0], out)) as backend:
+    with served(make_backend(runs[0][0], out, args.server_url)) as backend:
         reports = [
             execute(settings, run_dir, backend, data, console=console, shared_evals=shared)
             for settings, run_dir in runs

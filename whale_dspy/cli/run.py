@@ -142,6 +142,6 @@ def execute(
 def run(args: argparse.Namespace) -> int:
     settings, run_dir = resolve(args)
     data = load_data(settings)
-    with served(make_backend(settings, run_dir)) as backend:
+    with served(make_backend(settings, run_dir, args.server_url)) as backend:
         execute(settings, run_dir, backend, data)
     return 0

@@ -56,7 +56,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=3,
         help="patient-median: completed trials before any pruning (default 3)",
     )
-    parser.add_argument("--server-url", dest="server_url", help="reuse a running `whale serve` server")
     parser.add_argument("--out", type=Path, default=Path("studies"), help="trial run directories and figures")
     parser.add_argument(
         "--seed", type=int, default=0, help="seed of every trial's run (common random numbers)"

@@ -97,6 +97,9 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, method: bool = True, s
         parser.add_argument(
             f"--{split}-limit", dest=f"{split}_limit", type=int, help=f"at most N {split} tasks"
         )
+    parser.add_argument(
+        "--server-url", dest="server_url", help="reuse a running `whale serve` server (not recorded)"
+    )
 
 
 @dataclass(frozen=True)
@@ -122,8 +125,8 @@ def load_data(settings: RunSettings) -> RunData:
     )
 
 
-def make_backend(settings: RunSettings, log_dir: Path) -> InferenceBackend:
-    return backend_for_model(settings.model, log_dir)
+def make_backend(settings: RunSettings, log_dir: Path, server_url: str | None = None) -> InferenceBackend:
+    return backend_for_model(settings.model, log_dir, server_url)
 
 
 def backend_for_model(model: str, log_dir: Path, server_url: str | None = None) -> InferenceBackend:
