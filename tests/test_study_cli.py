@@ -55,6 +55,7 @@ def parse(*argv: str) -> argparse.Namespace:
             ["--domain", "math", "--budget", "200", "--trials", "2", "--startup-trials", "-1"],
             "startup_trials",
         ),
+        (["--domain", "math", "--budget", "200", "--trials", "2", "--prune-patience", "0"], "patience"),
     ],
 )
 def test_bad_flags_fail_before_data_or_a_server(argv, message, tmp_path):
@@ -74,10 +75,11 @@ def test_a_space_file_narrows_the_defaults(tmp_path):
     assert config.startup_trials == 3
 
 
-def test_startup_trials_reach_the_median_pruner():
-    args = parse("--domain", "math", "--budget", "500", "--trials", "3", "--startup-trials", "1")
+def test_startup_trials_and_patience_reach_the_patient_median_pruner():
+    flags = ("--startup-trials", "1", "--prune-patience", "1")
+    args = parse("--domain", "math", "--budget", "500", "--trials", "3", *flags)
     pruner = make_pruner(study_cli.study_config(args, study_cli.run_settings(args)))
-    assert pruner.wrapped._n_startup_trials == 1
+    assert pruner.wrapped._n_startup_trials == 1 and pruner.patience == 1
 
 
 def test_the_printed_run_flags_rebuild_the_same_settings():

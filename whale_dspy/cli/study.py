@@ -56,6 +56,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=3,
         help="patient-median: completed trials before any pruning (default 3)",
     )
+    parser.add_argument(
+        "--prune-patience",
+        dest="prune_patience",
+        type=int,
+        default=2,
+        help="patient-median: evaluations without a new best before a trial may be stopped (default 2)",
+    )
     parser.add_argument("--out", type=Path, default=Path("studies"), help="trial run directories and figures")
     parser.add_argument(
         "--seed", type=int, default=0, help="seed of every trial's run (common random numbers)"
@@ -90,6 +97,7 @@ def study_config(args: argparse.Namespace, settings: RunSettings) -> Any:
         storage=args.storage,
         pruner=args.pruner,
         startup_trials=args.startup_trials,
+        patience=args.prune_patience,
         seed=args.sampler_seed,
         space=space,
     )
