@@ -75,6 +75,8 @@ class StudyConfig:
     seed: int | None = 0
     space: SearchSpace = field(default_factory=SearchSpace)
     lease: Lease = field(default_factory=Lease)
+    enqueue: tuple[Schedule, ...] = ()
+    """Schedules to try first, after the paper's (hand-picked corners of the space)."""
 
     def __post_init__(self) -> None:
         if self.pruner not in PRUNERS:
@@ -87,6 +89,9 @@ class StudyConfig:
             raise ConfigError("startup_trials must be >= 0, patience >= 1 and warmup_fraction in [0, 1)")
         if not 0 < self.p_threshold < 1:
             raise ConfigError(f"p_threshold must be in (0, 1), got {self.p_threshold}")
+        outside = [schedule.spec() for schedule in self.enqueue if not self.space.contains(schedule)]
+        if outside:
+            raise ConfigError(f"enqueued schedules outside the search space: {', '.join(outside)}")
 
     def shared(self) -> dict[str, Any]:
         """What a reopened study must agree on: trials scored under other rules are not comparable."""
@@ -174,7 +179,8 @@ def make_pruner(config: StudyConfig) -> optuna.pruners.BasePruner:
 
 
 def open_study(config: StudyConfig) -> optuna.Study:
-    """Create or join the study, refuse one recorded under other rules, enqueue the paper's settings."""
+    """Create or join the study, refuse one recorded under other rules, enqueue the paper's settings
+    and the requested ones (each once per study, whichever worker comes first)."""
     import optuna
 
     storage = open_storage(config.storage, config.lease)
@@ -195,6 +201,8 @@ def open_study(config: StudyConfig) -> optuna.Study:
             study.enqueue_trial(config_to_params(schedule), skip_if_exists=True)
         else:
             logger.info("paper setting %s lies outside the search space: not enqueued", schedule.spec())
+    for schedule in config.enqueue:
+        study.enqueue_trial(config_to_params(schedule), skip_if_exists=True)
     fail_stale_trials(study, config.lease)
     return study
 

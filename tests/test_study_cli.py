@@ -56,6 +56,8 @@ def parse(*argv: str) -> argparse.Namespace:
             "startup_trials",
         ),
         (["--domain", "math", "--budget", "200", "--trials", "2", "--prune-patience", "0"], "patience"),
+        (["--domain", "math", "--budget", "200", "--trials", "2", "--enqueue", "fixed:50,2"], "outside"),
+        (["--domain", "math", "--budget", "200", "--trials", "2", "--enqueue", "fixed:x"], "fixed"),
     ],
 )
 def test_bad_flags_fail_before_data_or_a_server(argv, message, tmp_path):

@@ -70,6 +70,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--sampler-seed", dest="sampler_seed", type=int, help="TPE seed (default random per worker)"
     )
+    parser.add_argument(
+        "--enqueue",
+        action="append",
+        default=[],
+        metavar="SCHEDULE",
+        help="a schedule to try first (repeatable; must lie in the search space)",
+    )
     parser.add_argument("--val-limit", dest="val_limit", type=int, help="at most N validation tasks")
     parser.add_argument("--space", type=Path, help="JSON file of search ranges overriding the defaults")
     parser.add_argument(
@@ -80,6 +87,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def study_config(args: argparse.Namespace, settings: RunSettings) -> Any:
     """The StudyConfig from the flags; every check that needs no server happens here."""
+    from optimizers.schedules import parse_schedule
     from optimizers.search_space import SearchSpace
     from optimizers.study import StudyConfig
 
@@ -98,6 +106,7 @@ def study_config(args: argparse.Namespace, settings: RunSettings) -> Any:
         pruner=args.pruner,
         startup_trials=args.startup_trials,
         patience=args.prune_patience,
+        enqueue=tuple(parse_schedule(spec) for spec in args.enqueue),
         seed=args.sampler_seed,
         space=space,
     )
