@@ -60,7 +60,12 @@ class FloatRange:
         return round(value, 6)
 
     def __contains__(self, value: object) -> bool:
-        return isinstance(value, int | float) and self.low <= value <= self.high
+        if not (isinstance(value, int | float) and self.low <= value <= self.high):
+            return False
+        if self.step is None:
+            return True
+        steps = (value - self.low) / self.step  # Optuna samples only the grid low + n * step
+        return math.isclose(steps, round(steps), abs_tol=1e-6)
 
 
 @dataclass(frozen=True)

@@ -110,12 +110,12 @@ def test_paper_settings_outside_the_space_are_not_enqueued():
 
 
 def test_requested_schedules_run_after_the_paper_settings_once_and_must_lie_in_the_space():
-    extra = (Fixed(0.25, 2), Fixed(1.5, 3))
+    extra = (Fixed(0.3, 2), Fixed(1.5, 3))
     study = run_study(config(trials=5, pruner="none", enqueue=extra), scripted_run_trial())
     schedules = [t.user_attrs["schedule"] for t in sorted(study.trials, key=lambda t: t.number)]
-    assert schedules[:4] == ["fixed:0.6,6", Patience().spec(), "fixed:0.25,2", "fixed:1.5,3"]
-    with pytest.raises(ConfigError, match="outside the search space: fixed:9,2"):
-        config(enqueue=(Fixed(9.0, 2),))
+    assert schedules[:4] == ["fixed:0.6,6", Patience().spec(), "fixed:0.3,2", "fixed:1.5,3"]
+    with pytest.raises(ConfigError, match="outside the search space: fixed:9,2, fixed:0.25,2"):
+        config(enqueue=(Fixed(9.0, 2), Fixed(0.25, 2)))  # 0.25 is off the default grid 0.2 + 0.1 n
 
 
 def replaying(curves: dict[int, list[float]], calls: list[int]):
