@@ -14,7 +14,6 @@ of accuracy against rollouts per method.
 from __future__ import annotations
 
 import argparse
-import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from whale_dspy.cli.wiring import (
     add_run_arguments,
     load_data,
     make_backend,
+    name_part,
     shared_evaluations,
 )
 from whale_dspy.errors import ConfigError
@@ -77,7 +77,7 @@ def plan(args: argparse.Namespace) -> tuple[list[tuple[RunSettings, Path]], Path
             for spec in specs if method == SWEPT else specs[:1]:
                 settings, name = replace(base, method=method, seed=seed, schedule=spec), method
                 if len(specs) > 1 and method == SWEPT:
-                    name = f"{method}-{re.sub(r'[^A-Za-z0-9.=_-]+', '-', schedule_label(spec, specs))}"
+                    name = f"{method}-{name_part(schedule_label(spec, specs), 'schedule')}"
                     settings = replace(settings, run_tag=f"{name}-{seed}")  # adapter names stay distinct
                 runs.append((settings, out / name / f"seed-{seed}"))
     for settings, run_dir in runs:

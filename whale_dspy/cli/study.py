@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import re
 import socket
 import uuid
 from collections.abc import Callable
@@ -30,6 +29,7 @@ from whale_dspy.cli.wiring import (
     backend_for_model,
     load_data,
     make_optimizer,
+    name_part,
     shared_evaluations,
     student_of,
 )
@@ -227,10 +227,6 @@ class ValidationListener:
         self.reporter.report(event["rollouts"], event["mean_at_k"], per_task)
 
 
-def _tag(study_name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", study_name).strip("-.") or "study"
-
-
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
@@ -241,13 +237,13 @@ def run(args: argparse.Namespace) -> int:
     settings = run_settings(args)
     config = study_config(args, settings)
     study = open_study(config)  # storage and search space are checked before any server starts
-    out = args.out / _tag(config.study_name)
+    out = args.out / name_part(config.study_name, "study")
     data = load_data(settings)
     valset = data.domain.load("val", args.val_limit, DATA_SEED)
     with served(backend_for_model(settings.model, out, args.server_url)) as backend:
         wilcoxon = config.pruner == "wilcoxon"
         trials = StudyTrials(
-            settings, data, valset, backend, out, tag=_tag(config.study_name), wilcoxon=wilcoxon
+            settings, data, valset, backend, out, tag=name_part(config.study_name, "study"), wilcoxon=wilcoxon
         )
         run_study(config, trials, study)
         plots = save_plots(study, out / "plots")  # before the summary, which fails if no trial completed

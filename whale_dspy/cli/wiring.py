@@ -8,6 +8,7 @@ backends, optimizers). `RunSettings` is recorded in the run's config.json, so
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -123,6 +124,11 @@ def load_data(settings: RunSettings) -> RunData:
         searchset=domain.load("search", settings.search_limit, DATA_SEED),
         testset=domain.load("test", settings.test_limit, DATA_SEED),
     )
+
+
+def name_part(text: str, default: str) -> str:
+    """`text` as a folder and adapter-name part: runs of other characters become one dash."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-.") or default
 
 
 def make_backend(settings: RunSettings, log_dir: Path, server_url: str | None = None) -> InferenceBackend:
