@@ -268,21 +268,13 @@ class WhaleOptimizer(Teleprompter):
         trace = recorder.run.subdir("evals") / f"{data.eval_split}-{spent:08d}.jsonl"
         trace.unlink(missing_ok=True)  # an evaluation interrupted by a crash starts over
         namespace = f"{EVAL_NAMESPACE}-{data.eval_split}"
-        key = None
-        if self.shared_evals is not None and program.adapter_name is None:
-            key = self.shared_evals.key(
-                harness=program.source.digest,
-                tasks=_fingerprint(data.evalset),
-                k=self.eval_k,
-                namespace=namespace,
-                lm=program.bound_lm,
-            )
-            shared = self.shared_evals.get(key, trace)
-            if shared is not None:
-                # Measured by another run: this run spent no rollouts or time on it.
-                shared.update(eval_rollouts=0, seconds=0.0, shared=key)
-                recorder.record(EVALUATION, rollouts=spent, next_eval=self._next_eval(spent), **shared)
-                return
+        key = self._shared_key(program, data, namespace)
+        shared = self.shared_evals.get(key, trace) if key is not None else None
+        if shared is not None:
+            # Measured by another run: this run spent no rollouts or time on it.
+            shared.update(eval_rollouts=0, seconds=0.0, shared=key)
+            recorder.record(EVALUATION, rollouts=spent, next_eval=self._next_eval(spent), **shared)
+            return
         result, _ = self.evaluator.evaluate(
             program,
             data.evalset,
@@ -310,6 +302,18 @@ class WhaleOptimizer(Teleprompter):
         recorder.record(EVALUATION, rollouts=spent, next_eval=self._next_eval(spent), **fields)
         if key is not None:
             self.shared_evals.put(key, fields, trace)
+
+    def _shared_key(self, program: HarnessProgram, data: _Data, namespace: str) -> str | None:
+        """The shared-evaluation key of a base-weight program; None when nothing is shared."""
+        if self.shared_evals is None or program.adapter_name is not None:
+            return None
+        return self.shared_evals.key(
+            harness=program.source.digest,
+            tasks=_fingerprint(data.evalset),
+            k=self.eval_k,
+            namespace=namespace,
+            lm=program.bound_lm,
+        )
 
     def _next_eval(self, spent: int) -> int:
         return (spent // self.eval_every + 1) * self.eval_every
