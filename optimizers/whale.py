@@ -84,7 +84,11 @@ class WhaleOptimizer(Teleprompter):
         config: dict[str, Any] | None = None,
         on_event: Callable[[dict[str, Any]], None] | None = None,
         shared_evals: SharedEvaluations | None = None,
+        sampling: dict[str, Any] | None = None,
     ):
+        """`sampling`: LM request settings (e.g. max_tokens) for every program this run binds and
+        every checkpoint evaluation, so each checkpoint is measured under one completion budget
+        whichever phase produced its program (a weight phase binds its own sampling)."""
         super().__init__()
         self.method = get_method(method) if isinstance(method, str) else method
         self.budget = Budget(budget)
@@ -101,6 +105,7 @@ class WhaleOptimizer(Teleprompter):
         self.evaluator = evaluator or InProcessEvaluator(threads=eval_threads)
         self.extra_config, self.on_event = dict(config or {}), on_event
         self.shared_evals = shared_evals  # base-weight evaluations other runs already measured
+        self.sampling = dict(sampling or {})
         self.report: WhaleReport | None = None
 
     def compile(
@@ -151,6 +156,7 @@ class WhaleOptimizer(Teleprompter):
             "budget": self.budget.rollouts,
             "eval_every": self.eval_every,
             "eval_k": self.eval_k,
+            "sampling": self.sampling,
             "student": {"name": student.source.name, "digest": student.source.digest},
             "data": {
                 "trainset": _fingerprint(data.trainset),
@@ -181,7 +187,12 @@ class WhaleOptimizer(Teleprompter):
         if adapter is not None:
             self._ensure_served(adapter)
         name = adapter.name if adapter else None
-        return program.with_lm(self.backend.lm(name), adapter_name=name)
+        return program.with_lm(self.backend.lm(name, **self.sampling), adapter_name=name)
+
+    def _resampled(self, program: HarnessProgram) -> HarnessProgram:
+        """A phase's program back under the run's sampling (a weight phase binds its own), so the
+        checkpoint evaluation and the next phase see the same completion budget as the first."""
+        return program.with_lm(program.bound_lm.copy(**self.sampling), adapter_name=program.adapter_name)
 
     def _ensure_served(self, adapter: AdapterRef) -> None:
         try:
@@ -221,7 +232,7 @@ class WhaleOptimizer(Teleprompter):
                 item = next(stream, None)
                 if item is None:
                     return program, "exhausted"
-                signal, program = item
+                signal, program = item[0], self._resampled(item[1])
                 if driver.index(signal) < driver.counted(recorder.state):
                     continue  # replayed from the phase's own record on resume: already counted
                 fields = {"harness": store_harness(recorder.run, program.source)} if kind == HARNESS else {}

@@ -220,3 +220,5 @@ def test_wiring_builds_the_real_phases_with_their_rollout_bounds(tmp_path, metho
     assert rft.config.run_tag == f"{method}-0"  # runs sharing one server never reuse adapter names
     # checkpoint evaluations run harnesses that passed the search: a slow server is not a hang
     assert optimizer.evaluator.limits.task_seconds > meta.evaluator.limits.task_seconds
+    # every checkpoint is measured under the completion budget the weight phase samples with
+    assert optimizer.sampling == {"temperature": rft.config.temperature, "max_tokens": rft.config.max_tokens}

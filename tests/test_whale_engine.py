@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from whale_helpers import FakeHarnessPhase, FakeWeightPhase, backend, compile_run, optimizer, student, tasks
 
@@ -111,6 +113,39 @@ def test_test_evaluations_are_reported_apart_from_the_budget(tmp_path):
     assert (
         report.best.mean_at_k == max(p.mean_at_k for p in report.curve) and report.final == report.curve[-1]
     )
+
+
+class OwnSamplingWeightPhase(FakeWeightPhase):
+    """A weight phase that binds its programs with its own completion budget, as RFT does."""
+
+    def __init__(self, server):
+        super().__init__(server)
+        self.seen: list[int] = []  # the completion budget of each program the phase was given
+
+    def steps(self, program, trainset, **options):
+        for signal, stepped in super().steps(program, trainset, **options):
+            self.seen.append(program.bound_lm.kwargs.get("max_tokens"))
+            yield signal, stepped.with_lm(stepped.bound_lm.copy(max_tokens=999), stepped.adapter_name)
+
+
+def test_every_checkpoint_is_evaluated_under_the_runs_sampling_whichever_phase_bound_it(tmp_path):
+    server = backend()
+    weight = OwnSamplingWeightPhase(server)
+    opt = optimizer(
+        tmp_path / "run", server, weight=weight, harness=FakeHarnessPhase(), sampling={"max_tokens": 77}
+    )
+    report = compile_run(opt, server).report
+    traces = sorted((tmp_path / "run" / "evals").glob("test-*.jsonl"))
+    budgets = {
+        call["sampling"]["max_tokens"]
+        for trace in traces
+        for line in trace.read_text().splitlines()
+        for call in json.loads(line)["lm_calls"]
+    }
+    assert len(traces) == len(report.curve) > 2 and budgets == {77}
+    assert {point.adapter for point in report.curve} - {None}  # adapter-bound checkpoints among them
+    assert weight.seen and set(weight.seen) == {77}  # and every phase is handed a program under it
+    assert RunDir(tmp_path / "run").config()["sampling"] == {"max_tokens": 77}  # a resume must match
 
 
 def test_compile_returns_a_new_program_on_the_final_harness_and_adapter(tmp_path):

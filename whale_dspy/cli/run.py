@@ -127,7 +127,10 @@ def execute(
     with progress.progress:
         optimizer = build(settings, run_dir, backend, data, on_event=progress, shared_evals=shared_evals)
         program = optimizer.compile(
-            student_of(data, backend), trainset=data.trainset, searchset=data.searchset, testset=data.testset
+            student_of(data, backend, settings),
+            trainset=data.trainset,
+            searchset=data.searchset,
+            testset=data.testset,
         )
     report = program.report.to_dict()
     table, plot = write_outputs(

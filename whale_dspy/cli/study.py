@@ -170,7 +170,7 @@ class StudyTrials:
             settings, run_dir, self.backend, self.data, on_event=listener, tag=tag, shared_evals=self.shared
         )
         program = optimizer.compile(
-            student_of(self.data, self.backend),
+            student_of(self.data, self.backend, self.settings),
             trainset=self.data.trainset,
             searchset=self.data.searchset,
             valset=self.valset,  # the periodic evaluations score validation tasks, never test
@@ -190,12 +190,16 @@ class StudyTrials:
             raise WhaleError(
                 f"trial {trial.number} ran on {trial.user_attrs.get('host')}: {harness} is not here"
             )
-        program = student_of(replace(self.data, seed_harness=HarnessSource.from_path(harness)), self.backend)
+        program = student_of(
+            replace(self.data, seed_harness=HarnessSource.from_path(harness)), self.backend, self.settings
+        )
         adapter = trial.user_attrs.get("best_adapter")
         if adapter:
             ref = AdapterRef(**{**adapter, "name": f"{adapter['name']}-test-{uuid.uuid4().hex[:6]}"})
             self.backend.load_adapter(ref)
-            program = program.with_lm(self.backend.lm(ref.name), adapter_name=ref.name)
+            program = program.with_lm(
+                self.backend.lm(ref.name, **self.settings.sampling), adapter_name=ref.name
+            )
         result, _ = evaluate(
             program, self.data.testset, metric=self.data.domain.metric, k=self.settings.eval_k,
             namespace="whale-test", trace_path=self.out / f"test-trial-{trial.number:04d}.jsonl",

@@ -64,7 +64,8 @@ def run(args: argparse.Namespace) -> int:
         if adapter is not None:
             backend.load_adapter(adapter)
         name = adapter.name if adapter else None
-        program = student_of(data, backend).with_source(source).with_lm(backend.lm(name), adapter_name=name)
+        lm = backend.lm(name, **settings.sampling)
+        program = student_of(data, backend, settings).with_source(source).with_lm(lm, adapter_name=name)
         report, _ = evaluate(
             program, data.testset, metric=data.domain.metric, k=k, namespace=f"{EVAL_NAMESPACE}-test"
         )

@@ -59,6 +59,20 @@ class RunSettings:
         """Test evaluations every this many rollouts (default: ten points over the budget)."""
         return self.eval_every or max(1, self.budget // 10)
 
+    def rft_config(self) -> Any:
+        """The preset's weight-phase settings, tagged so that runs sharing a server never share names."""
+        from optimizers.rft_config import RFTConfig
+
+        preset = RFTConfig.gpu_2b if self.preset == "gpu" else RFTConfig.cpu_embedded
+        return preset(seed=self.seed, run_tag=self.run_tag or f"{self.method}-{self.seed}")
+
+    @property
+    def sampling(self) -> dict[str, Any]:
+        """LM request settings of every program the run binds and evaluates: the weight phase's, so
+        that checkpoints from either phase are measured under the same completion budget."""
+        rft = self.rft_config()
+        return {"temperature": rft.temperature, "max_tokens": rft.max_tokens}
+
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> RunSettings:
         return cls(
@@ -146,8 +160,10 @@ def backend_for_model(model: str, log_dir: Path, server_url: str | None = None) 
     return embedded_server(model, run_dir=log_dir)
 
 
-def student_of(data: RunData, backend: InferenceBackend) -> HarnessProgram:
-    return HarnessProgram(data.seed_harness, data.domain.signature, data.domain.tools, lm=backend.lm())
+def student_of(data: RunData, backend: InferenceBackend, settings: RunSettings) -> HarnessProgram:
+    """The seed harness on the base model, under the run's sampling."""
+    lm = backend.lm(**settings.sampling)
+    return HarnessProgram(data.seed_harness, data.domain.signature, data.domain.tools, lm=lm)
 
 
 def make_phases(settings: RunSettings, backend: InferenceBackend, metric: Callable, run_dir: Path) -> tuple:
@@ -156,16 +172,13 @@ def make_phases(settings: RunSettings, backend: InferenceBackend, metric: Callab
     from optimizers.methods import get_method
     from optimizers.proposers import proposer_from_spec
     from optimizers.rft import RejectionSamplingFinetune
-    from optimizers.rft_config import RFTConfig
     from whale_dspy.training.lora_trainer import LoraTrainer
 
     prompt_only = get_method(settings.method).prompt_only
-    tag = settings.run_tag or f"{settings.method}-{settings.seed}"  # runs sharing a server never share names
+    rft_config = settings.rft_config()
     if settings.preset == "gpu":
-        rft_config = RFTConfig.gpu_2b(seed=settings.seed, run_tag=tag)
         meta_config = MetaHarnessConfig(seed=settings.seed, prompt_only=prompt_only, threads=64)
     else:
-        rft_config = RFTConfig.cpu_embedded(seed=settings.seed, run_tag=tag)
         meta_config = MetaHarnessConfig(tasks=8, seed=settings.seed, prompt_only=prompt_only)
     rft = RejectionSamplingFinetune(
         backend=backend,
@@ -220,6 +233,7 @@ def make_optimizer(
         config={"cli": asdict(settings), **configs},
         on_event=on_event,
         shared_evals=shared_evals,
+        sampling=settings.sampling,
     )
 
 
