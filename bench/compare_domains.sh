@@ -4,11 +4,14 @@
 #
 #   bash bench/compare_domains.sh [OUT] [DOMAIN ...]      (default OUT runs/compare, all three domains)
 #
-# One `whale compare` per domain, each with its own server; a comparison that is stopped resumes
-# where it stopped when the same command runs again (every run directory is resumable), so the
-# domains can be run one per sitting. Budgets are what two CPU cores allow in about an hour per
-# domain and seed; BUDGET, TEST_LIMIT and SEEDS override them. Figures go to OUT/DOMAIN/report.md
-# and curve.png; record them in bench/RESULTS.md with this command.
+# Per domain: one `whale serve`, one `whale compare` per seed running side by side against it (a
+# CPU server's throughput keeps rising up to about 16 concurrent requests, and one run keeps 8 in
+# flight), then `whale report`, which writes the joint table and plot of all seeds to
+# OUT/DOMAIN/report.md and curve.png. Each domain gets a fresh server, so
+# adapter names (method-seed) never meet an earlier domain's. A comparison that is stopped resumes
+# where it stopped when the same command runs again (every run directory is resumable). Budgets are
+# what two CPU cores allow in about an hour per domain; BUDGET, TEST_LIMIT, SEEDS and PORT override
+# them. Record the figures in bench/RESULTS.md with this command.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -17,14 +20,39 @@ OUT="${1:-runs/compare}"
 DOMAINS=("$@")
 [[ ${#DOMAINS[@]} -gt 0 ]] || DOMAINS=("squad:score=f1" math chess)
 WHALE="${WHALE:-.venv/bin/whale}"
+MODEL=qwen2.5-coder-0.5b
+PORT="${PORT:-8791}"
+SEEDS="${SEEDS:-0,1}"
 
-# fixed:0.25,2 = one RFT step (4 tasks x k=4) then one round of 3 candidates; the adaptive schedule
-# leaves a phase after one step or iteration without improvement, at most 3 harness iterations.
-for domain in "${DOMAINS[@]}"; do
-  "$WHALE" compare --domain "$domain" --model qwen2.5-coder-0.5b \
-    --seeds "${SEEDS:-0,1}" --budget "${BUDGET:-64}" --eval-every "${BUDGET:-64}" --eval-k 8 \
+compare() {  # one domain's comparison for one seed, on the running server
+  local domain=$1 seed=$2
+  # fixed:0.25,2 = one RFT step (4 tasks x k=4) then one round of 3 candidates; the adaptive
+  # schedule leaves a phase after one step or iteration without improvement, at most 3 iterations.
+  "$WHALE" compare --domain "$domain" --model "$MODEL" --server-url "http://127.0.0.1:$PORT" \
+    --seeds "$seed" --budget "${BUDGET:-64}" --eval-every "${BUDGET:-64}" --eval-k 8 \
     --train-limit 16 --search-limit 4 --test-limit "${TEST_LIMIT:-20}" \
     --schedule fixed:0.25,2 \
     --schedule patience:weight_burn_in=1,weight_window=1,weight_patience=1,harness_min=2,harness_patience=1,harness_max=3 \
     --out "$OUT/${domain%%:*}"
+}
+
+for domain in "${DOMAINS[@]}"; do
+  folder="$OUT/${domain%%:*}"
+  mkdir -p "$folder"
+  "$WHALE" serve --model "$MODEL" --port "$PORT" --log "$folder/server.log" &
+  server=$!
+  trap 'kill $server 2>/dev/null || true' EXIT
+  until curl -sf "http://127.0.0.1:$PORT/health" >/dev/null; do
+    kill -0 $server 2>/dev/null || { echo "the server stopped; see $folder/server.log" >&2; exit 1; }
+    sleep 5
+  done
+  pids=()
+  for seed in ${SEEDS//,/ }; do
+    compare "$domain" "$seed" >"$folder/seed-$seed.log" 2>&1 &
+    pids+=($!)
+  done
+  for pid in "${pids[@]}"; do wait "$pid"; done
+  kill $server
+  wait $server || true
+  "$WHALE" report "$folder"
 done
