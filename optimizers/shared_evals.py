@@ -5,7 +5,9 @@ study`, starts from the seed harness on the base weights, and checkpoint
 evaluations draw their rollout ids from one namespace (common random numbers),
 so those first evaluations are one measurement repeated. On a CPU each costs
 minutes (tasks x k rollouts). A `SharedEvaluations` folder keeps the first
-one's recorded fields and trace; later runs copy them instead of re-running.
+one's recorded fields and trace; later runs copy them instead of re-running, and
+runs that reach the same evaluation at once (two seeds or study workers side by
+side) wait for the one measuring it.
 Only base-weight programs are shared: adapters are named per run, and a later
 checkpoint of one run is never another run's program.
 """
@@ -16,9 +18,13 @@ import hashlib
 import json
 import os
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from filelock import FileLock
 
 from whale_dspy.jsonl import atomic_write_json
 
@@ -43,6 +49,14 @@ class SharedEvaluations:
         }
         identity = [self.scope, harness, tasks, k, namespace, getattr(lm, "model", None), sampling]
         return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+    @contextmanager
+    def claim(self, key: str) -> Iterator[None]:
+        """Held while looking `key` up and, on a miss, measuring it: a concurrent run then waits
+        and copies the result instead of measuring the same program a second time."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        with FileLock(self.root / f"{key}.lock"):
+            yield
 
     def get(self, key: str, trace: Path) -> dict[str, Any] | None:
         """The recorded fields of a stored evaluation, with its trace copied to `trace`; None if absent."""

@@ -10,6 +10,7 @@ its budget rule and its accounting.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 from collections.abc import Callable, Sequence
@@ -280,12 +281,18 @@ class WhaleOptimizer(Teleprompter):
         trace.unlink(missing_ok=True)  # an evaluation interrupted by a crash starts over
         namespace = f"{EVAL_NAMESPACE}-{data.eval_split}"
         key = self._shared_key(program, data, namespace)
-        shared = self.shared_evals.get(key, trace) if key is not None else None
-        if shared is not None:
-            # Measured by another run: this run spent no rollouts or time on it.
-            shared.update(eval_rollouts=0, seconds=0.0, shared=key)
-            recorder.record(EVALUATION, rollouts=spent, next_eval=self._next_eval(spent), **shared)
-            return
+        with self.shared_evals.claim(key) if key is not None else contextlib.nullcontext():
+            fields = self.shared_evals.get(key, trace) if key is not None else None
+            if fields is not None:  # measured by another run: this run spent no rollouts or time on it
+                fields.update(eval_rollouts=0, seconds=0.0, shared=key)
+            else:
+                fields = self._measure(program, data, namespace, trace)
+                if key is not None:
+                    self.shared_evals.put(key, fields, trace)
+        recorder.record(EVALUATION, rollouts=spent, next_eval=self._next_eval(spent), **fields)
+
+    def _measure(self, program: HarnessProgram, data: _Data, namespace: str, trace: Path) -> dict[str, Any]:
+        """Run the evaluation: the fields an evaluation event records."""
         result, _ = self.evaluator.evaluate(
             program,
             data.evalset,
@@ -295,7 +302,7 @@ class WhaleOptimizer(Teleprompter):
             namespace=namespace,
             trace_path=trace,
         )
-        fields = dict(
+        return dict(
             mean_at_k=result.mean_at_k,
             ci_low=result.ci_low,
             ci_high=result.ci_high,
@@ -310,9 +317,6 @@ class WhaleOptimizer(Teleprompter):
             harness=program.source.name,
             adapter=program.adapter_name,
         )
-        recorder.record(EVALUATION, rollouts=spent, next_eval=self._next_eval(spent), **fields)
-        if key is not None:
-            self.shared_evals.put(key, fields, trace)
 
     def _shared_key(self, program: HarnessProgram, data: _Data, namespace: str) -> str | None:
         """The shared-evaluation key of a base-weight program; None when nothing is shared."""

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import time
+from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
 
 from whale_helpers import FakeHarnessPhase, FakeWeightPhase, backend, compile_run, optimizer
 
 from optimizers.shared_evals import FIELDS, TRACE, SharedEvaluations
+from whale_dspy.evaluation import InProcessEvaluator
 
 
 def evaluations(run_dir):
@@ -15,7 +18,7 @@ def evaluations(run_dir):
     return [e for e in events if e["kind"] == "evaluation"]
 
 
-def run(run_dir, method, shared):
+def run(run_dir, method, shared, **options):
     server = backend()
     opt = optimizer(
         run_dir,
@@ -25,8 +28,17 @@ def run(run_dir, method, shared):
         method=method,
         budget=40,
         shared_evals=shared,
+        **options,
     )
     return compile_run(opt, server)
+
+
+class SlowEvaluator(InProcessEvaluator):
+    """Takes long enough that a second run reaches the same evaluation while the first measures it."""
+
+    def evaluate(self, *args, **kwargs):
+        time.sleep(0.5)
+        return super().evaluate(*args, **kwargs)
 
 
 def test_the_seed_program_is_measured_by_the_first_run_and_copied_by_the_next(tmp_path):
@@ -44,6 +56,20 @@ def test_the_seed_program_is_measured_by_the_first_run_and_copied_by_the_next(tm
     # later checkpoints are other programs (an adapter, a searched harness): each run measures its own
     assert all("shared" not in e for e in measured[1:] + copied[1:]) and len(copied) > 1
     assert report.spend.eval_rollouts == 4 * (len(copied) - 1)  # the copy cost this run nothing
+
+
+def test_runs_side_by_side_measure_the_seed_program_once(tmp_path):
+    shared = SharedEvaluations(tmp_path / "shared", scope="model|domain")
+    methods = ("weight-only", "harness-only")
+    with ThreadPoolExecutor(2) as pool:
+        futures = [
+            pool.submit(run, tmp_path / method, method, shared, evaluator=SlowEvaluator(threads=2))
+            for method in methods
+        ]
+        [future.result() for future in futures]
+    first = [evaluations(tmp_path / method)[0] for method in methods]
+    assert sorted("shared" in e for e in first) == [False, True]  # one measured, the other waited
+    assert sorted(e["eval_rollouts"] for e in first) == [0, 4]
 
 
 def test_the_key_follows_what_fixes_the_measurement_and_not_the_server_address(tmp_path):
