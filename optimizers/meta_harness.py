@@ -64,12 +64,7 @@ ROOT = "c0000"
 """The archive name of the incoming harness h0 (iteration 0)."""
 
 TASK_SECONDS = 300.0
-"""The default sandbox's wall clock per rollout: generous, as one CPU LM call can take many seconds."""
-VALIDATED_TASK_SECONDS = 1800.0
-"""Wall clock per rollout of a harness that already passed the search (checkpoint and held-out
-evaluations): there the limit only guards against a hang. LM time counts, and on a loaded CPU
-server a valid harness can exceed TASK_SECONDS: a 5-sample vote with 8 tasks in flight through
-an adapter did, and its checkpoint evaluation scored timeouts as failures (0.05 against 0.23)."""
+"""The default sandbox's wall clock per rollout, LM waits excluded: it catches a hung harness."""
 
 STAGE_GRACE_S = 30.0
 """Extra seconds the parent waits past a sandbox's own limits, so the sandbox records the reason."""

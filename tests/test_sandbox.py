@@ -168,6 +168,38 @@ def test_rollouts_run_concurrently_in_one_child() -> None:
     assert report.seconds < 4 * 2 * 0.6  # four rollouts, two slow calls each, not one after another
 
 
+THRICE = """
+import dspy
+
+
+def build(signature, tools):
+    solve = dspy.Predict(signature)
+
+    def run(question):
+        for attempt in range(2):
+            solve(question=f"{question} draft {attempt}")
+        return solve(question=question)
+
+    return run
+"""
+
+
+class SlowLM(ScriptedLM):
+    """A loaded server: every call takes a second."""
+
+    def __call__(self, *args, **kwargs):
+        time.sleep(1.0)
+        return super().__call__(*args, **kwargs)
+
+
+def test_time_waiting_on_the_server_does_not_count_against_the_task_limit() -> None:
+    limits = replace(TEST_LIMITS, task_seconds=2)  # each rollout waits 3 s on its three LM calls
+    lm = SlowLM({"": {"answer": "guess"}})
+    _, rollouts = run(SandboxedEvaluator(limits), program(THRICE, "thrice"), k=1, lm=lm)
+    assert [r.error for r in rollouts] == [None, None]
+    assert all(len(r.lm_calls) == 3 and r.seconds > limits.task_seconds for r in rollouts)
+
+
 def test_a_harness_program_is_accepted_and_no_process_or_folder_is_left(tmp_path: Path) -> None:
     before = set(Path(os.environ.get("TMPDIR", "/tmp")).glob("whale-sandbox-*"))
     source = HarnessSource(name="tools", code=TOOL_USER)

@@ -107,17 +107,13 @@ def search_evaluator(args: argparse.Namespace, config: Any) -> CandidateEvaluato
 
 
 def held_out_evaluator(evaluator: CandidateEvaluator, rollouts: int) -> CandidateEvaluator:
-    """The held-out test's evaluator: the search's, with room for `rollouts` rollouts per harness
-    and the per-rollout limit of harnesses that already passed the search."""
-    from optimizers.meta_harness import VALIDATED_TASK_SECONDS
-
+    """The held-out test's evaluator: the search's, with room for `rollouts` rollouts per harness."""
     limits = getattr(evaluator, "limits", None)
     if limits is None:
         return evaluator
-    task = max(limits.task_seconds, VALIDATED_TASK_SECONDS)
     waves = math.ceil(rollouts / limits.threads)  # worst case: every wave takes its full task limit
-    seconds = max(limits.candidate_seconds, waves * task + limits.startup_seconds)
-    return type(evaluator)(replace(limits, task_seconds=task, candidate_seconds=seconds))
+    seconds = max(limits.candidate_seconds, waves * limits.task_seconds + limits.startup_seconds)
+    return type(evaluator)(replace(limits, candidate_seconds=seconds))
 
 
 def iteration_table(report: Any) -> Table:

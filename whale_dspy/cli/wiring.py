@@ -207,7 +207,7 @@ def make_optimizer(
     on_event: Callable[[dict[str, Any]], None] | None = None,
     shared_evals: Any = None,
 ) -> Any:
-    from optimizers.meta_harness import VALIDATED_TASK_SECONDS, sandboxed_evaluator
+    from optimizers.meta_harness import sandboxed_evaluator
     from optimizers.methods import get_method
     from optimizers.schedules import parse_schedule
     from optimizers.whale import WhaleOptimizer
@@ -215,9 +215,7 @@ def make_optimizer(
     method = get_method(settings.method, weight_share=settings.weight_share)
     weight, harness, configs = make_phases(settings, backend, data.domain.metric, run_dir)
     # Checkpoint evaluations run searched (model-written) harnesses: contained, with room for k x tasks.
-    evaluator = sandboxed_evaluator(
-        harness.config, task_seconds=VALIDATED_TASK_SECONDS, candidate_seconds=EVAL_SECONDS, threads=8
-    )
+    evaluator = sandboxed_evaluator(harness.config, candidate_seconds=EVAL_SECONDS, threads=8)
     return WhaleOptimizer(
         backend=backend,
         metric=data.domain.metric,

@@ -29,7 +29,8 @@ MiB = 1 << 20
 class SandboxLimits:
     """What one candidate's child process may use; every limit is enforced even if the guard is bypassed.
 
-    task_seconds / candidate_seconds: wall clock per rollout (LM time included) and per candidate,
+    task_seconds / candidate_seconds: wall clock per rollout (less the time its LM calls wait on the
+    server: a loaded server is not a hung harness) and per candidate (everything included),
     enforced by the parent, which kills the child's process group. cpu_seconds: CPU time of the
     child (RLIMIT_CPU). memory_mb: address space (RLIMIT_AS); with 8 threads the idle child maps about 220 MB
     (70 MB resident).

@@ -224,6 +224,8 @@ class CandidateSession:
                 self._inboxes.pop(job, None)
 
     def _serve(self, inbox: queue.Queue, tools: Tools, lm: dspy.BaseLM) -> dspy.Prediction | None:
+        """Answer one rollout's LM and tool calls until its result; the task limit catches a hung
+        harness, not a slow server, so each LM call's time moves the deadline back."""
         deadline = time.monotonic() + self.limits.task_seconds
         while True:
             try:
@@ -235,7 +237,9 @@ class CandidateSession:
             if kind == "stopped":
                 raise self._failure_copy()
             if kind == "lm":
+                started = time.monotonic()
                 self._reply(message, functools.partial(self._lm_call, lm, message))
+                deadline += time.monotonic() - started
             elif kind == "tool":
                 self._reply(message, functools.partial(self._tool_call, tools, message))
             elif kind == "result":
