@@ -14,7 +14,8 @@ from whale_dspy.rundir import RunDir
 
 @dataclass(frozen=True)
 class CurvePoint:
-    """One held-out test evaluation: mean@k (with its bootstrap CI) after `rollouts` rollouts."""
+    """One held-out test evaluation: mean@k (with its bootstrap CI) after `rollouts` rollouts, and
+    each task's k scores, so that two methods can be compared task by task."""
 
     rollouts: int
     mean_at_k: float
@@ -25,6 +26,7 @@ class CurvePoint:
     tasks: int
     harness: str
     adapter: str | None
+    per_task: dict[str, list[float]] | None = None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CurvePoint:

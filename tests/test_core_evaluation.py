@@ -8,10 +8,11 @@ import dspy
 import pytest
 
 from whale_dspy.errors import ConfigError, HarnessError
-from whale_dspy.evaluation import EvalReport, bootstrap_ci, evaluate, paired_gain
+from whale_dspy.evaluation import EvalReport, evaluate
 from whale_dspy.harness import HarnessProgram, HarnessSource, source_of
 from whale_dspy.jsonl import read_jsonl
 from whale_dspy.records import Rollout
+from whale_dspy.stats import bootstrap_ci, paired_gain
 from whale_dspy.testing.scripted_lm import ScriptedLM
 
 SEARCH_HARNESS = """
@@ -169,7 +170,7 @@ def test_a_paired_gain_is_beyond_noise_where_two_separate_intervals_overlap():
     before = report_of({f"t{i}": [level * 0.8] for i, level in enumerate(levels)})
     after = report_of({f"t{i}": [level * 0.8 + 0.1] for i, level in enumerate(levels)})
     assert after.ci_low < before.ci_high  # judged apart, the two evaluations look alike
-    gain = paired_gain(before, after)
+    gain = paired_gain(before.per_task, after.per_task)
     assert gain.gain == pytest.approx(0.1) and gain.tasks == 40
     assert gain.low == pytest.approx(0.1) and gain.beyond_noise
 
@@ -177,9 +178,9 @@ def test_a_paired_gain_is_beyond_noise_where_two_separate_intervals_overlap():
 def test_a_paired_gain_pairs_only_shared_tasks_and_says_when_it_is_noise():
     before = report_of({"a": [0.0, 1.0], "b": [1.0, 1.0], "c": [0.0, 0.0]})
     after = report_of({"b": [1.0, 0.0], "a": [1.0, 1.0], "d": [1.0, 1.0]})
-    gain = paired_gain(before, after)
+    gain = paired_gain(before.per_task, after.per_task)
     assert gain.tasks == 2 and gain.gain == pytest.approx(0.0)
     assert gain.low < 0 < gain.high and not gain.beyond_noise
     assert gain.to_dict()["beyond_noise"] is False
     with pytest.raises(ConfigError, match="share"):
-        paired_gain(before, report_of({"z": [1.0]}))
+        paired_gain(before.per_task, {"z": [1.0]})

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from whale_dspy.reporting import markdown_table, plot_curves, summarize_methods
+from whale_dspy.reporting import markdown_table, paired_table, plot_curves, summarize_methods
 from whale_dspy.reporting.plots import method_curve, step_values
+from whale_dspy.reporting.tables import paired_comparisons
 
 
 def point(rollouts, mean, half=0.1, k=8):
@@ -88,3 +89,38 @@ def test_a_method_run_under_two_schedules_gets_a_row_and_a_line_per_schedule(tmp
     labels = [s.method for s in summarize_methods([*fixed, twin])]
     assert labels == ["whale (fixed:0.5,2)", "weight-only", "whale (fixed:1,2)"]
     assert plot_curves([*fixed, adaptive], tmp_path / "curve.png").stat().st_size > 0
+
+
+def scored(rollouts, per_task):
+    means = [np.mean(scores) for scores in per_task.values()]
+    return {**point(rollouts, float(np.mean(means))), "per_task": per_task}
+
+
+def test_paired_comparisons_pair_tasks_across_methods_and_say_what_is_noise():
+    levels = [0.0, 0.25, 0.5, 0.75] * 5  # 20 tasks of unequal difficulty: separate CIs overlap
+    start = scored(0, {f"t{i}": [level, level] for i, level in enumerate(levels)})
+    lifted = scored(64, {f"t{i}": [level + 0.2, level + 0.2] for i, level in enumerate(levels)})
+    wobble = scored(64, {f"t{i}": [level + (0.1 if i % 2 else -0.1)] * 2 for i, level in enumerate(levels)})
+    reports = [
+        report("whale", [start, lifted]),
+        report("whale", [start, lifted]),
+        report("weight-only", [start, wobble]),
+    ]
+    gains = dict(paired_comparisons(reports))
+    assert list(gains) == ["whale − start", "weight-only − start", "whale − weight-only"]
+    assert gains["whale − start"].gain == pytest.approx(0.2) and gains["whale − start"].beyond_noise
+    assert (
+        gains["weight-only − start"].gain == pytest.approx(0.0)
+        and not gains["weight-only − start"].beyond_noise
+    )
+    assert (
+        gains["whale − weight-only"].gain == pytest.approx(0.2) and gains["whale − weight-only"].tasks == 20
+    )
+    assert lifted["ci_low"] < start["ci_high"]  # judged apart, the whale final would look like noise
+    text = paired_table(reports)
+    assert "| whale − start | +0.200 |" in text and "| weight-only − start | +0.000 |" in text
+    assert text.count("beyond noise") == 2 and text.count("within noise") == 1
+
+
+def test_runs_recorded_without_per_task_scores_get_no_paired_row():
+    assert paired_comparisons(REPORTS) == []

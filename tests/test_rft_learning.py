@@ -17,9 +17,10 @@ import dspy
 import pytest
 
 from optimizers import RejectionSamplingFinetune, RFTConfig
-from whale_dspy.evaluation import EvalReport, evaluate, paired_gain
+from whale_dspy.evaluation import EvalReport, evaluate
 from whale_dspy.harness import HarnessProgram, HarnessSource
 from whale_dspy.rundir import RunDir
+from whale_dspy.stats import paired_gain
 from whale_dspy.training import LoraTrainer, LoraTrainingConfig
 
 pytestmark = pytest.mark.integration
@@ -97,7 +98,7 @@ def test_a_few_rft_steps_beat_the_base_model_on_held_out_tasks(embedded_server, 
     trained = [s for s in rft.report.steps if s.skipped is None]
     assert trained, [s.skipped for s in rft.report.steps]
     assert rft.report.final_adapter == trained[-1].adapter
-    gain = paired_gain(before, after, seed=SEED)
+    gain = paired_gain(before.per_task, after.per_task, seed=SEED)
     print(
         f"held-out mean@{EVAL_K}: {before.mean_at_k:.3f} -> {after.mean_at_k:.3f}, "
         f"gain CI [{gain.low:.3f}, {gain.high:.3f}]"

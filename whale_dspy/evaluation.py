@@ -25,8 +25,7 @@ from whale_dspy.jsonl import append_jsonl
 from whale_dspy.records import Rollout
 from whale_dspy.rollouts import Metric, run_rollout
 from whale_dspy.seeding import derive_seed
-
-BOOTSTRAP_RESAMPLES = 2000
+from whale_dspy.stats import bootstrap_ci
 
 
 @dataclass(frozen=True)
@@ -53,48 +52,6 @@ class EvalReport:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def bootstrap_ci(values: Sequence[float], *, seed: int = 0, level: float = 0.95) -> tuple[float, float]:
-    """Percentile bootstrap over tasks (the unit that varies), not over correlated samples."""
-    if len(values) == 0:
-        return 0.0, 0.0
-    data = np.asarray(values, dtype=float)
-    rng = np.random.default_rng(seed)
-    means = data[rng.integers(0, len(data), size=(BOOTSTRAP_RESAMPLES, len(data)))].mean(axis=1)
-    tail = (1 - level) / 2 * 100
-    return float(np.percentile(means, tail)), float(np.percentile(means, 100 - tail))
-
-
-@dataclass(frozen=True)
-class PairedGain:
-    """`after` minus `before` on the tasks both scored: the per-task mean gain and its bootstrap CI.
-
-    Pairing by task removes the between-task variance that two separate CIs carry, so
-    "beats h0 by more than noise" is `low > 0` here, not two non-overlapping intervals.
-    """
-
-    gain: float
-    low: float
-    high: float
-    tasks: int
-
-    @property
-    def beyond_noise(self) -> bool:
-        return self.low > 0 or self.high < 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "beyond_noise": self.beyond_noise}
-
-
-def paired_gain(before: EvalReport, after: EvalReport, *, seed: int = 0) -> PairedGain:
-    """Compare two evaluations of the same tasks (e.g. h0 and a searched harness)."""
-    shared = [task for task in before.per_task if task in after.per_task]
-    if not shared:
-        raise ConfigError("paired_gain needs evaluations that share at least one task")
-    gains = [float(np.mean(after.per_task[t]) - np.mean(before.per_task[t])) for t in shared]
-    low, high = bootstrap_ci(gains, seed=seed)
-    return PairedGain(gain=float(np.mean(gains)), low=low, high=high, tasks=len(shared))
 
 
 def summarize(rollouts: Sequence[Rollout], *, k: int, seconds: float) -> EvalReport:

@@ -31,10 +31,9 @@ from whale_dspy.cli.wiring import (
     shared_evaluations,
 )
 from whale_dspy.errors import ConfigError
+from whale_dspy.reporting.tables import SWEPT
 
 ALL_METHODS = "whale,weight-only,harness-only,fst,stagewise"
-SWEPT = "whale"
-"""The method a repeated --schedule multiplies; the baselines keep the first schedule."""
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

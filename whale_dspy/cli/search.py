@@ -25,10 +25,11 @@ from rich.console import Console
 from rich.table import Table
 
 from whale_dspy.cli.wiring import DOMAIN_HELP
-from whale_dspy.evaluation import InProcessEvaluator, PairedGain, paired_gain
+from whale_dspy.evaluation import InProcessEvaluator
 from whale_dspy.harness import HarnessProgram, HarnessSource
 from whale_dspy.jsonl import atomic_write_json
 from whale_dspy.protocols import CandidateEvaluator, InferenceBackend
+from whale_dspy.stats import PairedGain, paired_gain
 
 DATA_SEED = 0
 
@@ -214,7 +215,7 @@ def search(
     console.print(test_table(results, args.eval_k))
     record = {"search": asdict(best.report), "test": results}
     if best_label in reports:  # a best unlike h0, on the same tasks and sample ids: pair them
-        gain = paired_gain(reports["h0"], reports[best_label])
+        gain = paired_gain(reports["h0"].per_task, reports[best_label].per_task)
         record["gain_over_h0"] = gain.to_dict()
         console.print(gain_line(gain))
     atomic_write_json(run_dir / "search_report.json", record)

@@ -9,6 +9,12 @@ from typing import Any
 
 import numpy as np
 
+from whale_dspy.stats import paired_gain
+
+SWEPT = "whale"
+"""WHALE: `whale compare` runs it under every --schedule (the baselines keep the first), and the
+paired table sets it against every other method."""
+
 
 @dataclass(frozen=True)
 class Score:
@@ -110,3 +116,52 @@ def markdown_table(
     note = f"\nBudget: {budget} rollouts per run. " if budget else "\n"
     note += "CIs: bootstrap over test tasks, averaged over seeds; ± is the spread over seeds.\n"
     return "\n".join(rows) + "\n" + note
+
+
+def _pooled(points: Sequence[dict[str, Any] | None]) -> dict[str, list[float]]:
+    """Each task's scores over the given checkpoints (one per seed), pooled."""
+    pooled: dict[str, list[float]] = defaultdict(list)
+    for point in points:
+        for task, scores in ((point or {}).get("per_task") or {}).items():
+            pooled[task].extend(scores)
+    return dict(pooled)
+
+
+def paired_comparisons(reports: Sequence[dict[str, Any]]) -> list[tuple[str, Any]]:
+    """(label, PairedGain) of each method's final checkpoint against the untouched start, and of
+    WHALE's against every other method's, paired by test task with the seeds pooled.
+
+    Every run evaluates the same tasks on common rollout ids, so pairing removes the
+    between-task variance that makes two separate CIs overlap; "beyond noise" is a CI that
+    excludes zero. The final checkpoint is compared, not the best: the best is picked on test.
+    """
+    groups = group_by_method(reports)
+    finals = {label: _pooled([r["final"] for r in runs]) for label, runs in groups.items()}
+    starts = {
+        label: _pooled([r["curve"][0] if r["curve"] else None for r in runs])
+        for label, runs in groups.items()
+    }
+    pairs = [(f"{label} − start", starts[label], finals[label]) for label in groups]
+    pairs += [
+        (f"{label} − {other}", finals[other], finals[label])
+        for label, runs in groups.items()
+        if runs[0]["method"] == SWEPT
+        for other, others in groups.items()
+        if others[0]["method"] != SWEPT
+    ]
+    return [(label, paired_gain(before, after)) for label, before, after in pairs if set(before) & set(after)]
+
+
+def paired_table(reports: Sequence[dict[str, Any]]) -> str:
+    """The paired comparisons as Markdown: gain, its 95% CI, tasks, and whether it is beyond noise."""
+    rows = ["| final checkpoint | gain | 95% CI | tasks | |", "|---|---|---|---|---|"]
+    for label, gain in paired_comparisons(reports):
+        verdict = "beyond noise" if gain.beyond_noise else "within noise"
+        interval = f"[{_signed(gain.low)}, {_signed(gain.high)}]"
+        rows.append(f"| {label} | {_signed(gain.gain)} | {interval} | {gain.tasks} | {verdict} |")
+    note = "Paired by test task, seeds pooled; bootstrap CI over tasks.\n"
+    return "\n".join(rows) + "\n\n" + note
+
+
+def _signed(value: float) -> str:
+    return f"{round(value, 3) + 0.0:+.3f}"  # + 0.0: no "-0.000" for a rounding error

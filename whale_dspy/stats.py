@@ -1,0 +1,59 @@
+"""Statistics of evaluations: bootstrap intervals over tasks and paired gains (numpy only, so
+reports can be drawn without importing DSPy)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from whale_dspy.errors import ConfigError
+
+BOOTSTRAP_RESAMPLES = 2000
+
+
+def bootstrap_ci(values: Sequence[float], *, seed: int = 0, level: float = 0.95) -> tuple[float, float]:
+    """Percentile bootstrap over tasks (the unit that varies), not over correlated samples."""
+    if len(values) == 0:
+        return 0.0, 0.0
+    data = np.asarray(values, dtype=float)
+    rng = np.random.default_rng(seed)
+    means = data[rng.integers(0, len(data), size=(BOOTSTRAP_RESAMPLES, len(data)))].mean(axis=1)
+    tail = (1 - level) / 2 * 100
+    return float(np.percentile(means, tail)), float(np.percentile(means, 100 - tail))
+
+
+@dataclass(frozen=True)
+class PairedGain:
+    """`after` minus `before` on the tasks both scored: the per-task mean gain and its bootstrap CI.
+
+    Pairing by task removes the between-task variance that two separate CIs carry, so
+    "beats h0 by more than noise" is `low > 0` here, not two non-overlapping intervals.
+    """
+
+    gain: float
+    low: float
+    high: float
+    tasks: int
+
+    @property
+    def beyond_noise(self) -> bool:
+        return self.low > 0 or self.high < 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "beyond_noise": self.beyond_noise}
+
+
+def paired_gain(
+    before: Mapping[str, Sequence[float]], after: Mapping[str, Sequence[float]], *, seed: int = 0
+) -> PairedGain:
+    """Compare two evaluations' per-task scores (e.g. `EvalReport.per_task` of h0 and of a searched
+    harness, or one method's pooled seeds against another's) on the tasks both scored."""
+    shared = [task for task in before if task in after]
+    if not shared:
+        raise ConfigError("paired_gain needs evaluations that share at least one task")
+    gains = [float(np.mean(after[t]) - np.mean(before[t])) for t in shared]
+    low, high = bootstrap_ci(gains, seed=seed)
+    return PairedGain(gain=float(np.mean(gains)), low=low, high=high, tasks=len(shared))
