@@ -11,7 +11,7 @@ import dspy
 import pytest
 
 from whale_dspy.backends import PROVIDER, RemoteServer, VLLMServer
-from whale_dspy.backends.process import group_members
+from whale_dspy.backends.process import ensure_port_free, group_members
 from whale_dspy.errors import BackendError
 from whale_dspy.records import AdapterRef
 
@@ -42,12 +42,26 @@ def recorded(tmp_path: Path) -> list[dict]:
 
 def test_a_taken_port_is_refused_before_launch(tmp_path: Path) -> None:
     with socket.socket() as holder:
+        holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a listener refuses even so
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         server = fake_server(tmp_path, port=holder.getsockname()[1])
         with pytest.raises(BackendError, match="taken"):
             server.start()
     assert server.pid is None
+
+
+def test_a_port_a_stopped_server_left_in_time_wait_is_free_again() -> None:
+    with socket.socket() as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as asyncio servers (vLLM's) do
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        client = socket.create_connection(("127.0.0.1", port))
+        accepted, _ = listener.accept()
+        accepted.close()  # the server side closes first: its end of the port sits in TIME_WAIT
+        client.close()
+    ensure_port_free(port)  # no BackendError: nobody listens there
 
 
 def test_a_server_that_never_gets_healthy_times_out_and_leaves_no_process(tmp_path: Path) -> None:

@@ -32,8 +32,12 @@ def free_port() -> int:
 
 
 def ensure_port_free(port: int) -> None:
-    """BackendError before launching when another process already holds the port."""
+    """BackendError before launching when another process already listens on the port.
+
+    SO_REUSEADDR, as the server itself binds: connections a stopped server left in TIME_WAIT
+    do not hold the port (without it, a restart on the same port failed for a minute)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((LOOPBACK, port))
         except OSError as error:
