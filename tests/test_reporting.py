@@ -19,7 +19,7 @@ def report(method, curve, *, rollouts=100, tokens=0, wall=10.0):
              "weight_seconds": 5.0, "wall_seconds": wall}  # fmt: skip
     best = max(curve, key=lambda p: p["mean_at_k"]) if curve else None
     return {"method": method, "budget": 100, "spend": spend, "curve": curve, "best": best,
-            "final": curve[-1] if curve else None}  # fmt: skip
+            "final": curve[-1] if curve else None, "finished": "budget spent"}  # fmt: skip
 
 
 REPORTS = [
@@ -124,3 +124,14 @@ def test_paired_comparisons_pair_tasks_across_methods_and_say_what_is_noise():
 
 def test_runs_recorded_without_per_task_scores_get_no_paired_row():
     assert paired_comparisons(REPORTS) == []
+
+
+def test_an_unfinished_run_counts_for_best_so_far_but_not_for_final():
+    stopped = {**report("whale", [point(0, 0.2), point(50, 0.9)]), "finished": None}
+    whale, _ = summarize_methods([*REPORTS, stopped])
+    assert (whale.seeds, whale.unfinished) == (3, 1)
+    assert whale.best.mean == pytest.approx((0.6 + 0.7 + 0.9) / 3)
+    assert whale.final.mean == pytest.approx((0.5 + 0.7) / 2)  # its 0.9 is not a final checkpoint
+    text = markdown_table(summarize_methods([*REPORTS, stopped]))
+    assert "| whale | 3 (1 unfinished) |" in text and "finished runs only" in text
+    assert "unfinished" not in markdown_table(summarize_methods(REPORTS))

@@ -18,6 +18,7 @@ from rich.table import Table
 from whale_dspy.errors import ConfigError
 from whale_dspy.jsonl import atomic_write_json, atomic_write_text
 from whale_dspy.reporting import markdown_table, paired_table, plot_curves, summarize_methods
+from whale_dspy.reporting.tables import seeds_cell
 
 REPORT_JSON, TABLE_MD, CURVE_PNG = "report.json", "report.md", "curve.png"
 
@@ -72,7 +73,7 @@ def print_summary(console: Console, reports: Sequence[dict[str, Any]]) -> None:
     for s in summarize_methods(reports):
         table.add_row(
             s.method,
-            str(s.seeds),
+            seeds_cell(s),
             s.best.cell() if s.best else "n/a",
             s.final.cell() if s.final else "n/a",
             f"{s.rollouts:.0f}",

@@ -32,8 +32,12 @@ class Score:
 
 @dataclass(frozen=True)
 class MethodSummary:
+    """One method's runs over seeds. `final` averages finished runs only (an interrupted run's last
+    checkpoint is not its final one); `best` is the best checkpoint so far of every run."""
+
     method: str
     seeds: int
+    unfinished: int
     best: Score | None
     final: Score | None
     rollouts: float
@@ -78,14 +82,20 @@ def group_by_method(reports: Sequence[dict[str, Any]]) -> dict[str, list[dict[st
     return groups
 
 
+def finished(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The runs that spent their budget (or ended their method): their last checkpoint is final."""
+    return [r for r in runs if r.get("finished")]
+
+
 def summarize_methods(reports: Sequence[dict[str, Any]]) -> list[MethodSummary]:
     """One summary per method (and schedule, where a method ran under several), averaged over seeds."""
     return [
         MethodSummary(
             method=method,
             seeds=len(runs),
+            unfinished=len(runs) - len(finished(runs)),
             best=_score([r["best"] for r in runs]),
-            final=_score([r["final"] for r in runs]),
+            final=_score([r["final"] for r in finished(runs)]),
             rollouts=float(np.mean([r["spend"]["rollouts"] for r in runs])),
             eval_rollouts=float(np.mean([r["spend"]["eval_rollouts"] for r in runs])),
             proposer_tokens=float(np.mean([r["spend"]["proposer_tokens"] for r in runs])),
@@ -110,12 +120,18 @@ def markdown_table(
         best = s.best.cell() if s.best else "n/a"
         final = s.final.cell() if s.final else "n/a"
         rows.append(
-            f"| {s.method} | {s.seeds} | {best} | {final} | {s.rollouts:.0f} | {s.eval_rollouts:.0f} "
+            f"| {s.method} | {seeds_cell(s)} | {best} | {final} | {s.rollouts:.0f} | {s.eval_rollouts:.0f} "
             f"| {s.proposer_tokens:.0f} | {s.train_seconds:.1f} | {s.wall_seconds:.1f} |"
         )
     note = f"\nBudget: {budget} rollouts per run. " if budget else "\n"
     note += "CIs: bootstrap over test tasks, averaged over seeds; ± is the spread over seeds.\n"
+    if any(s.unfinished for s in summaries):
+        note += "Final: finished runs only; an unfinished run resumes with the command that started it.\n"
     return "\n".join(rows) + "\n" + note
+
+
+def seeds_cell(summary: MethodSummary) -> str:
+    return f"{summary.seeds} ({summary.unfinished} unfinished)" if summary.unfinished else str(summary.seeds)
 
 
 def _pooled(points: Sequence[dict[str, Any] | None]) -> dict[str, list[float]]:
@@ -129,14 +145,14 @@ def _pooled(points: Sequence[dict[str, Any] | None]) -> dict[str, list[float]]:
 
 def paired_comparisons(reports: Sequence[dict[str, Any]]) -> list[tuple[str, Any]]:
     """(label, PairedGain) of each method's final checkpoint against the untouched start, and of
-    WHALE's against every other method's, paired by test task with the seeds pooled.
+    WHALE's against every other method's, paired by test task with the (finished) seeds pooled.
 
     Every run evaluates the same tasks on common rollout ids, so pairing removes the
     between-task variance that makes two separate CIs overlap; "beyond noise" is a CI that
     excludes zero. The final checkpoint is compared, not the best: the best is picked on test.
     """
     groups = group_by_method(reports)
-    finals = {label: _pooled([r["final"] for r in runs]) for label, runs in groups.items()}
+    finals = {label: _pooled([r["final"] for r in finished(runs)]) for label, runs in groups.items()}
     starts = {
         label: _pooled([r["curve"][0] if r["curve"] else None for r in runs])
         for label, runs in groups.items()
