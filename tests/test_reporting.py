@@ -14,7 +14,8 @@ def point(rollouts, mean, half=0.1, k=8):
     return {"rollouts": rollouts, "mean_at_k": mean, "ci_low": mean - half, "ci_high": mean + half, "k": k}
 
 
-def report(method, curve, *, rollouts=100, tokens=0, wall=10.0):
+def report(method, curve, *, rollouts=None, tokens=0, wall=10.0):
+    rollouts = curve[-1]["rollouts"] if rollouts is None and curve else rollouts or 100
     spend = {"rollouts": rollouts, "eval_rollouts": 16 * len(curve), "proposer_tokens": tokens,
              "weight_seconds": 5.0, "wall_seconds": wall}  # fmt: skip
     best = max(curve, key=lambda p: p["mean_at_k"]) if curve else None
@@ -128,6 +129,8 @@ def test_runs_recorded_without_per_task_scores_get_no_paired_row():
 
 def test_an_unfinished_run_counts_for_best_so_far_but_not_for_final():
     stopped = {**report("whale", [point(0, 0.2), point(50, 0.9)]), "finished": None}
+    ended = {**report("whale", [point(0, 0.2)], rollouts=100)}  # stopped in its final evaluation
+    assert summarize_methods([ended])[0].unfinished == 1
     whale, _ = summarize_methods([*REPORTS, stopped])
     assert (whale.seeds, whale.unfinished) == (3, 1)
     assert whale.best.mean == pytest.approx((0.6 + 0.7 + 0.9) / 3)

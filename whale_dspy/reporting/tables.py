@@ -83,8 +83,13 @@ def group_by_method(reports: Sequence[dict[str, Any]]) -> dict[str, list[dict[st
 
 
 def finished(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The runs that spent their budget (or ended their method): their last checkpoint is final."""
-    return [r for r in runs if r.get("finished")]
+    """The runs that ended and then evaluated their final program (a run records its end before
+    that last evaluation, so a run stopped during it has ended without a final checkpoint)."""
+    return [
+        r
+        for r in runs
+        if r.get("finished") and (not r["curve"] or r["curve"][-1]["rollouts"] == r["spend"]["rollouts"])
+    ]
 
 
 def summarize_methods(reports: Sequence[dict[str, Any]]) -> list[MethodSummary]:
