@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from whale_dspy.stats import paired_gain
+from whale_dspy.stats import PairedGain, paired_gain
 
 SWEPT = "whale"
 """WHALE: `whale compare` runs it under every --schedule (the baselines keep the first), and the
@@ -148,7 +148,7 @@ def _pooled(points: Sequence[dict[str, Any] | None]) -> dict[str, list[float]]:
     return dict(pooled)
 
 
-def paired_comparisons(reports: Sequence[dict[str, Any]]) -> list[tuple[str, Any]]:
+def paired_comparisons(reports: Sequence[dict[str, Any]]) -> list[tuple[str, PairedGain]]:
     """(label, PairedGain) of each method's final checkpoint against the untouched start, and of
     WHALE's against every other method's, paired by test task with the (finished) seeds pooled.
 
