@@ -190,16 +190,13 @@ class StudyTrials:
             raise WhaleError(
                 f"trial {trial.number} ran on {trial.user_attrs.get('host')}: {harness} is not here"
             )
-        program = student_of(
-            replace(self.data, seed_harness=HarnessSource.from_path(harness)), self.backend, self.settings
-        )
-        adapter = trial.user_attrs.get("best_adapter")
+        adapter, name = trial.user_attrs.get("best_adapter"), None
         if adapter:
             ref = AdapterRef(**{**adapter, "name": f"{adapter['name']}-test-{uuid.uuid4().hex[:6]}"})
             self.backend.load_adapter(ref)
-            program = program.with_lm(
-                self.backend.lm(ref.name, **self.settings.sampling), adapter_name=ref.name
-            )
+            name = ref.name
+        seeded = replace(self.data, seed_harness=HarnessSource.from_path(harness))
+        program = student_of(seeded, self.backend, self.settings, adapter=name)
         result, _ = evaluate(
             program, self.data.testset, metric=self.data.domain.metric, k=self.settings.eval_k,
             namespace="whale-test", trace_path=self.out / f"test-trial-{trial.number:04d}.jsonl",

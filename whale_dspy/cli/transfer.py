@@ -64,8 +64,7 @@ def run(args: argparse.Namespace) -> int:
         if adapter is not None:
             backend.load_adapter(adapter)
         name = adapter.name if adapter else None
-        lm = backend.lm(name, **settings.sampling)
-        program = student_of(data, backend, settings).with_source(source).with_lm(lm, adapter_name=name)
+        program = student_of(data, backend, settings, adapter=name).with_source(source)
         report, _ = evaluate(
             program, data.testset, metric=data.domain.metric, k=k, namespace=f"{EVAL_NAMESPACE}-test"
         )

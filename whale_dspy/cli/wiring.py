@@ -160,10 +160,12 @@ def backend_for_model(model: str, log_dir: Path, server_url: str | None = None) 
     return embedded_server(model, run_dir=log_dir)
 
 
-def student_of(data: RunData, backend: InferenceBackend, settings: RunSettings) -> HarnessProgram:
-    """The seed harness on the base model, under the run's sampling."""
-    lm = backend.lm(**settings.sampling)
-    return HarnessProgram(data.seed_harness, data.domain.signature, data.domain.tools, lm=lm)
+def student_of(
+    data: RunData, backend: InferenceBackend, settings: RunSettings, adapter: str | None = None
+) -> HarnessProgram:
+    """The seed harness on the base model (or a loaded adapter), under the run's sampling."""
+    lm = backend.lm(adapter, **settings.sampling)
+    return HarnessProgram(data.seed_harness, data.domain.signature, data.domain.tools, lm, adapter)
 
 
 def make_phases(settings: RunSettings, backend: InferenceBackend, metric: Callable, run_dir: Path) -> tuple:
