@@ -184,3 +184,34 @@ def test_a_child_continues_from_its_parent_weights(parent_run, smollm2_dir, tmp_
             name="toy-2",
             out_dir=tmp_path / "toy-2",
         )
+
+
+@pytest.mark.parametrize("config_name", ["Qwen2Config", "LlamaConfig"])
+def test_completion_loss_and_its_gradient_equal_the_models_own_loss(config_name):
+    """The head sees only positions that predict a completion token; loss and LoRA gradients agree."""
+    import torch
+    import transformers
+    from peft import LoraConfig, get_peft_model
+
+    from whale_dspy.training.sft_data import IGNORE, Encoded
+    from whale_dspy.training.worker import collate, completion_loss
+
+    torch.manual_seed(0)
+    shape = dict(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2)
+    config = getattr(transformers, config_name)(**shape, num_attention_heads=4, num_key_value_heads=2)
+    base = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model = get_peft_model(
+        base, LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    )
+    rows = [(list(range(5, 17)), 3), (list(range(20, 27)), 4), (list(range(40, 50)), 1)]
+    batch = collate(
+        [Encoded(tuple(ids), tuple([IGNORE] * (len(ids) - n) + ids[-n:])) for ids, n in rows], 0, "cpu"
+    )
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    ours = completion_loss(model, batch)
+    ours_grads = torch.autograd.grad(ours, trainable)
+    theirs = model(**batch).loss
+    theirs_grads = torch.autograd.grad(theirs, trainable)
+    assert ours.item() == pytest.approx(theirs.item(), rel=1e-5)
+    for mine, reference in zip(ours_grads, theirs_grads, strict=True):
+        torch.testing.assert_close(mine, reference, rtol=1e-4, atol=1e-6)

@@ -1,0 +1,102 @@
+"""Benchmark the LoRA training step's memory and time: completion-only loss against the model's own.
+
+The weight phase trains on rollouts whose prompt is most of the sequence and
+carries no loss. `transformers`' `labels=` loss sends every position through the
+LM head in float32; `whale_dspy.training.worker.completion_loss` sends only the
+positions that predict a completion token. Each loss runs in its own fresh
+process (one forward and backward of the CPU preset on one batch, LoRA as the
+weight phase builds it), which reports the step's peak memory above the loaded
+model (VmHWM after resetting it) and its seconds. Printed as ratios against the
+model's own loss measured in the same run.
+
+    python bench/lora_memory.py
+    python bench/lora_memory.py --model smollm2-135m --batch 4 --length 1024 --completion 64
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+LOSSES = ("model", "completion")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="qwen2.5-coder-0.5b")
+    parser.add_argument("--batch", type=int, default=4, help="rows per batch (the CPU preset's)")
+    parser.add_argument("--length", type=int, default=1024, help="tokens per row (the CPU preset's max)")
+    parser.add_argument("--completion", type=int, default=64, help="trained tokens at the end of each row")
+    parser.add_argument("--loss", choices=LOSSES, default=None, help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def kib(field: str) -> int:
+    """A VmRSS/VmHWM figure of this process, in KiB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise RuntimeError(f"{field} not in /proc/self/status")
+
+
+def measure(args: argparse.Namespace) -> dict[str, float]:
+    """One step under one loss, in this (fresh) process: peak MiB above the loaded model, seconds."""
+    import torch
+
+    from whale_dspy.models import resolve_model
+    from whale_dspy.training.config import LoraTrainingConfig
+    from whale_dspy.training.sft_data import IGNORE, Encoded
+    from whale_dspy.training.worker import collate, completion_loss, load_model
+
+    def step(rows: int, length: int, trained: int) -> float:
+        ids = torch.randint(100, 1000, (rows, length)).tolist()
+        cut = length - trained
+        batch = collate([Encoded(tuple(r), (IGNORE,) * cut + tuple(r[cut:])) for r in ids], 0, "cpu")
+        loss = model(**batch).loss if args.loss == "model" else completion_loss(model, batch)
+        loss.backward()
+        model.zero_grad(set_to_none=True)
+        return loss.item()
+
+    torch.manual_seed(0)
+    model = load_model(resolve_model(args.model), None, LoraTrainingConfig())
+    step(1, 32, 4)  # one-off kernel and allocator set-up, paid outside the measurement
+    loaded = kib("VmRSS")
+    Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS, so the peak is the step's
+    started = time.perf_counter()
+    loss = step(args.batch, args.length, args.completion)
+    seconds = time.perf_counter() - started
+    return {"peak_mib": (kib("VmHWM") - loaded) / 1024, "seconds": seconds, "loss": loss}
+
+
+def main() -> None:
+    args = parse_args()
+    if args.loss:
+        print(json.dumps(measure(args)))
+        return
+    results = {}
+    for loss in LOSSES:
+        command = [sys.executable, __file__, *sys.argv[1:], "--loss", loss]
+        out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+        results[loss] = json.loads(out.strip().splitlines()[-1])
+    model, ours = results["model"], results["completion"]
+    print(
+        f"one LoRA step, {args.model}, batch {args.batch} x {args.length} tokens, "
+        f"{args.completion} trained per row (float32, CPU preset)"
+    )
+    for loss in LOSSES:
+        peak, seconds, value = (results[loss][key] for key in ("peak_mib", "seconds", "loss"))
+        print(f"  {loss + ' loss':<16} peak {peak:8.0f} MiB  {seconds:7.2f} s  loss {value:.4f}")
+    print(f"  peak memory ratio (completion / model): {ours['peak_mib'] / model['peak_mib']:.2f}")
+    print(f"  step time ratio   (completion / model): {ours['seconds'] / model['seconds']:.2f}")
+    cores = os.cpu_count()
+    print(f"machine: {platform.machine()}, {cores} cores, load average {os.getloadavg()[0]:.1f}")
+
+
+if __name__ == "__main__":
+    main()
