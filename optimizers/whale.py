@@ -48,7 +48,7 @@ from whale_dspy.harness import HarnessProgram, source_of
 from whale_dspy.protocols import CandidateEvaluator, InferenceBackend
 from whale_dspy.records import AdapterRef
 from whale_dspy.rollouts import Metric
-from whale_dspy.rundir import RunDir
+from whale_dspy.rundir import RunDir, sole_writer
 
 log = logging.getLogger(__name__)
 
@@ -125,12 +125,13 @@ class WhaleOptimizer(Teleprompter):
         studies select on it and never see the test split), else `testset`.
         """
         data = self._check_data(student, trainset, searchset, valset, testset)
-        recorder = self._open(student, data, resume=resume)
-        program = self._restore(student, recorder.run, recorder.state)
-        self._evaluate(recorder, program, data, force=not recorder.state.curve)
-        while not recorder.state.finished:
-            program = self._run_phase(recorder, program, data)
-        self._evaluate(recorder, program, data, force=True)
+        with sole_writer(self.run_dir):
+            recorder = self._open(student, data, resume=resume)
+            program = self._restore(student, recorder.run, recorder.state)
+            self._evaluate(recorder, program, data, force=not recorder.state.curve)
+            while not recorder.state.finished:
+                program = self._run_phase(recorder, program, data)
+            self._evaluate(recorder, program, data, force=True)
         self.report = report_from_state(recorder.state, self._config(student, data), recorder.run.path)
         program.report = self.report
         return program

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 from whale_helpers import Crash, Crashes, FakeHarnessPhase, FakeWeightPhase, backend, compile_run, optimizer
@@ -113,6 +115,34 @@ def test_resume_flag_needs_an_existing_run(tmp_path):
     opt = optimizer(tmp_path / "none", server, weight=FakeWeightPhase(server), method="weight-only")
     with pytest.raises(ConfigError, match="nothing to resume"):
         compile_run(opt, server, resume=True)
+
+
+def test_a_run_another_process_is_writing_is_refused_and_left_untouched(tmp_path):
+    first, _, _ = run(tmp_path / "run")
+    before = (tmp_path / "run" / "events.jsonl").read_bytes()
+    holder = subprocess.Popen(  # another process with the run open, as a second `whale compare` would
+        [sys.executable, "-c", HOLD_WRITER, str(tmp_path / "run")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert holder.stdout.readline() == b"holding\n"
+        with pytest.raises(ConfigError, match="being written by another process"):
+            run(tmp_path / "run")
+        assert (tmp_path / "run" / "events.jsonl").read_bytes() == before
+    finally:
+        holder.communicate(b"")  # closing its stdin lets it exit; the OS drops its lock
+    again, _, weight = run(tmp_path / "run")  # once it has gone, the run reopens as usual
+    assert weight.started == [] and stable_report(again.report) == stable_report(first.report)
+
+
+HOLD_WRITER = """
+import sys
+from whale_dspy.rundir import sole_writer
+with sole_writer(sys.argv[1]):
+    print("holding", flush=True)
+    sys.stdin.read()
+"""
 
 
 def test_a_torn_last_event_and_a_stale_checkpoint_are_recovered(tmp_path, reference):

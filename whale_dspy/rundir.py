@@ -7,17 +7,22 @@ with the differences listed.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from filelock import FileLock, Timeout
 
 from whale_dspy.errors import ConfigError
 from whale_dspy.jsonl import append_jsonl, atomic_write_json, read_jsonl
 
 CONFIG_FILE = "config.json"
 EVENTS_FILE = "events.jsonl"
+WRITER_LOCK = "writer.lock"
 
 
 def config_differences(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:
@@ -70,3 +75,26 @@ class RunDir:
 
     def events(self, kind: str | None = None) -> list[dict[str, Any]]:
         return [e for e in read_jsonl(self.events_path) if kind is None or e.get("kind") == kind]
+
+
+@contextlib.contextmanager
+def sole_writer(path: str | Path) -> Iterator[None]:
+    """Hold a run directory for one process: a second writer would interleave its events.
+
+    Refused at once rather than waited for, since the other process may run for hours
+    (running the same command twice by mistake is the usual cause). The OS drops the
+    lock when its holder dies, so a crashed run never blocks its resume.
+    """
+    folder = Path(path)
+    folder.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(folder / WRITER_LOCK)
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        raise ConfigError(
+            f"run {folder} is being written by another process; wait for it or stop it"
+        ) from None
+    try:
+        yield
+    finally:
+        lock.release()
