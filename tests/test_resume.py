@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
+from rundir_helpers import written_by_another_process
 from whale_helpers import Crash, Crashes, FakeHarnessPhase, FakeWeightPhase, backend, compile_run, optimizer
 
 from optimizers.checkpoint import CHECKPOINT_FILE, engine_events
@@ -120,29 +119,12 @@ def test_resume_flag_needs_an_existing_run(tmp_path):
 def test_a_run_another_process_is_writing_is_refused_and_left_untouched(tmp_path):
     first, _, _ = run(tmp_path / "run")
     before = (tmp_path / "run" / "events.jsonl").read_bytes()
-    holder = subprocess.Popen(  # another process with the run open, as a second `whale compare` would
-        [sys.executable, "-c", HOLD_WRITER, str(tmp_path / "run")],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-    )
-    try:
-        assert holder.stdout.readline() == b"holding\n"
+    with written_by_another_process(tmp_path / "run"):  # as a second `whale compare` would
         with pytest.raises(ConfigError, match="being written by another process"):
             run(tmp_path / "run")
         assert (tmp_path / "run" / "events.jsonl").read_bytes() == before
-    finally:
-        holder.communicate(b"")  # closing its stdin lets it exit; the OS drops its lock
     again, _, weight = run(tmp_path / "run")  # once it has gone, the run reopens as usual
     assert weight.started == [] and stable_report(again.report) == stable_report(first.report)
-
-
-HOLD_WRITER = """
-import sys
-from whale_dspy.rundir import sole_writer
-with sole_writer(sys.argv[1]):
-    print("holding", flush=True)
-    sys.stdin.read()
-"""
 
 
 def test_a_torn_last_event_and_a_stale_checkpoint_are_recovered(tmp_path, reference):

@@ -173,10 +173,12 @@ def gain_line(gain: PairedGain) -> str:
 def run(args: argparse.Namespace) -> int:
     from whale_dspy.cli.run import served
     from whale_dspy.cli.wiring import backend_for_model
+    from whale_dspy.rundir import sole_writer
 
     setup = prepare(args)
-    setup["run_dir"].mkdir(parents=True, exist_ok=True)
-    with served(backend_for_model(args.model, setup["run_dir"], args.server_url)) as server:
+    backend = backend_for_model(args.model, setup["run_dir"], args.server_url)
+    # the lock first: two searches in one folder would mix their archives
+    with sole_writer(setup["run_dir"]), served(backend) as server:
         return search(setup, server, args, Console())
 
 

@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     from whale_dspy.harness import HarnessProgram
     from whale_dspy.jsonl import atomic_write_json
     from whale_dspy.models import resolve_model
-    from whale_dspy.rundir import RunDir
+    from whale_dspy.rundir import RunDir, sole_writer
     from whale_dspy.training.lora_trainer import LoraTrainer
 
     config = rft_config_from(args)  # ConfigError before any data or server work
@@ -75,20 +75,21 @@ def run(args: argparse.Namespace) -> int:
     RejectionSamplingFinetune.check_trainset(config, trainset)  # before the server starts
     path = args.run_dir or Path("runs") / f"train-{args.domain}-{time.strftime('%Y%m%d-%H%M%S')}"
     settings = {"domain": args.domain, "model": args.model, "harness": source.name}
-    run_dir = RunDir.open(path, {"command": "train", **settings, "rft": config.to_dict()})
-    with served(backend_for_model(args.model, run_dir.path, args.server_url)) as backend:
-        rft = RejectionSamplingFinetune(
-            backend=backend,
-            trainer=LoraTrainer(config.training),
-            metric=domain.metric,
-            config=config,
-            run_dir=run_dir,
-            base=resolve_model(args.model),  # also right for --server-url, whose base the server knows
-        )
-        student = HarnessProgram(source, domain.signature, domain.tools)
-        with adapter_context(args.output_format):
-            program = rft.compile(student, trainset=trainset)  # logs one line per step
-    atomic_write_json(run_dir.path / "report.json", {**settings, **program.report.to_dict()})
+    with sole_writer(path):
+        run_dir = RunDir.open(path, {"command": "train", **settings, "rft": config.to_dict()})
+        with served(backend_for_model(args.model, run_dir.path, args.server_url)) as backend:
+            rft = RejectionSamplingFinetune(
+                backend=backend,
+                trainer=LoraTrainer(config.training),
+                metric=domain.metric,
+                config=config,
+                run_dir=run_dir,
+                base=resolve_model(args.model),  # also right for --server-url, whose base the server knows
+            )
+            student = HarnessProgram(source, domain.signature, domain.tools)
+            with adapter_context(args.output_format):
+                program = rft.compile(student, trainset=trainset)  # logs one line per step
+        atomic_write_json(run_dir.path / "report.json", {**settings, **program.report.to_dict()})
     _print_summary(program.report, run_dir.path)
     return 0
 
