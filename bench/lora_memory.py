@@ -1,13 +1,15 @@
-"""Benchmark the LoRA training step's memory and time: completion-only loss against the model's own.
+"""Benchmark the LoRA training step's memory and time: the loss and gradient checkpointing.
 
 The weight phase trains on rollouts whose prompt is most of the sequence and
 carries no loss. `transformers`' `labels=` loss sends every position through the
 LM head in float32; `whale_dspy.training.worker.completion_loss` sends only the
-positions that predict a completion token. Each loss runs in its own fresh
+positions that predict a completion token. Gradient checkpointing
+(`LoraTrainingConfig.gradient_checkpointing`) then keeps one activation per
+decoder layer and recomputes the rest. Each variant runs in its own fresh
 process (one forward and backward of the CPU preset on one batch, LoRA as the
 weight phase builds it), which reports the step's peak memory above the loaded
-model (VmHWM after resetting it) and its seconds. Printed as ratios against the
-model's own loss measured in the same run.
+model (VmHWM after resetting it) and its seconds. Printed as ratios, each
+against the variant before it, measured in the same run.
 
     python bench/lora_memory.py
     python bench/lora_memory.py --model smollm2-135m --batch 4 --length 1024 --completion 64
@@ -16,6 +18,7 @@ model's own loss measured in the same run.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import platform
@@ -24,7 +27,12 @@ import sys
 import time
 from pathlib import Path
 
-LOSSES = ("model", "completion")
+# variant: (loss, gradient checkpointing), each compared with the one before it
+VARIANTS = {
+    "model": ("model", False),
+    "completion": ("completion", False),
+    "checkpointed": ("completion", True),
+}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -33,7 +41,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--batch", type=int, default=4, help="rows per batch (the CPU preset's)")
     parser.add_argument("--length", type=int, default=1024, help="tokens per row (the CPU preset's max)")
     parser.add_argument("--completion", type=int, default=64, help="trained tokens at the end of each row")
-    parser.add_argument("--loss", choices=LOSSES, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--variant", choices=VARIANTS, default=None, help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
 
@@ -46,7 +54,7 @@ def kib(field: str) -> int:
 
 
 def measure(args: argparse.Namespace) -> dict[str, float]:
-    """One step under one loss, in this (fresh) process: peak MiB above the loaded model, seconds."""
+    """One step of one variant, in this (fresh) process: peak MiB above the loaded model, seconds."""
     import torch
 
     from whale_dspy.models import resolve_model
@@ -58,13 +66,15 @@ def measure(args: argparse.Namespace) -> dict[str, float]:
         ids = torch.randint(100, 1000, (rows, length)).tolist()
         cut = length - trained
         batch = collate([Encoded(tuple(r), (IGNORE,) * cut + tuple(r[cut:])) for r in ids], 0, "cpu")
-        loss = model(**batch).loss if args.loss == "model" else completion_loss(model, batch)
+        loss = model(**batch).loss if loss_kind == "model" else completion_loss(model, batch)
         loss.backward()
         model.zero_grad(set_to_none=True)
         return loss.item()
 
+    loss_kind, checkpointing = VARIANTS[args.variant]
     torch.manual_seed(0)
-    model = load_model(resolve_model(args.model), None, LoraTrainingConfig())
+    config = LoraTrainingConfig(gradient_checkpointing=checkpointing)
+    model = load_model(resolve_model(args.model), None, config)
     step(1, 32, 4)  # one-off kernel and allocator set-up, paid outside the measurement
     loaded = kib("VmRSS")
     Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS, so the peak is the step's
@@ -76,24 +86,28 @@ def measure(args: argparse.Namespace) -> dict[str, float]:
 
 def main() -> None:
     args = parse_args()
-    if args.loss:
+    if args.variant:
         print(json.dumps(measure(args)))
         return
     results = {}
-    for loss in LOSSES:
-        command = [sys.executable, __file__, *sys.argv[1:], "--loss", loss]
+    for variant in VARIANTS:
+        command = [sys.executable, __file__, *sys.argv[1:], "--variant", variant]
         out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
-        results[loss] = json.loads(out.strip().splitlines()[-1])
-    model, ours = results["model"], results["completion"]
+        results[variant] = json.loads(out.strip().splitlines()[-1])
     print(
         f"one LoRA step, {args.model}, batch {args.batch} x {args.length} tokens, "
         f"{args.completion} trained per row (float32, CPU preset)"
     )
-    for loss in LOSSES:
-        peak, seconds, value = (results[loss][key] for key in ("peak_mib", "seconds", "loss"))
-        print(f"  {loss + ' loss':<16} peak {peak:8.0f} MiB  {seconds:7.2f} s  loss {value:.4f}")
-    print(f"  peak memory ratio (completion / model): {ours['peak_mib'] / model['peak_mib']:.2f}")
-    print(f"  step time ratio   (completion / model): {ours['seconds'] / model['seconds']:.2f}")
+    for variant, (loss, checkpointing) in VARIANTS.items():
+        peak, seconds, value = (results[variant][key] for key in ("peak_mib", "seconds", "loss"))
+        label = f"{loss} loss" + (" + checkpointing" if checkpointing else "")
+        print(f"  {label:<32} peak {peak:8.0f} MiB  {seconds:7.2f} s  loss {value:.4f}")
+    for before, after in itertools.pairwise(VARIANTS):
+        mine, theirs = results[after], results[before]
+        print(
+            f"  {after} / {before}: peak memory {mine['peak_mib'] / theirs['peak_mib']:.2f}, "
+            f"step time {mine['seconds'] / theirs['seconds']:.2f}"
+        )
     cores = os.cpu_count()
     print(f"machine: {platform.machine()}, {cores} cores, load average {os.getloadavg()[0]:.1f}")
 

@@ -37,8 +37,10 @@ def test_flags_lay_over_the_preset():
             "3",
             "--learning-rate",
             "0.002",
+            "--gradient-checkpointing",
         ]
     )
     config = rft_config_from(args)
     assert (config.steps, config.k, config.training.learning_rate) == (7, 3, 0.002)
+    assert config.training.gradient_checkpointing is True
     assert config.training.dtype == "bfloat16"  # the rest of the GPU preset is kept

@@ -30,6 +30,8 @@ from whale_dspy.training import LoraTrainingConfig
         ("dtype", "fp32", "'float32', 'bfloat16', 'float16'"),
         ("device", "gpu", "'cuda:N'"),
         ("seed", -1, ">= 0"),
+        ("gradient_checkpointing", "yes", "true or false"),
+        ("gradient_checkpointing", 1, "true or false"),
     ],
 )
 def test_out_of_range_values_say_what_is_valid(field, value, says):

@@ -215,3 +215,39 @@ def test_completion_loss_and_its_gradient_equal_the_models_own_loss(config_name)
     assert ours.item() == pytest.approx(theirs.item(), rel=1e-5)
     for mine, reference in zip(ours_grads, theirs_grads, strict=True):
         torch.testing.assert_close(mine, reference, rtol=1e-4, atol=1e-6)
+
+
+def test_gradient_checkpointing_recomputes_each_layer_and_keeps_loss_and_gradients(tmp_path):
+    """With the flag, every decoder layer runs again in the backward pass; the numbers do not change."""
+    import torch
+    import transformers
+
+    from whale_dspy.training.sft_data import IGNORE, Encoded
+    from whale_dspy.training.worker import collate, completion_loss, load_model
+
+    torch.manual_seed(0)
+    shape = dict(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2)
+    config = transformers.Qwen2Config(**shape, num_attention_heads=4, num_key_value_heads=2)
+    transformers.AutoModelForCausalLM.from_config(config).save_pretrained(tmp_path / "base")
+    ids = list(range(5, 17))
+    batch = collate([Encoded(tuple(ids), tuple([IGNORE] * 8 + ids[-4:]))], 0, "cpu")
+
+    def backward(checkpointing: bool) -> tuple[float, list, int]:
+        settings = LoraTrainingConfig(dropout=0.0, gradient_checkpointing=checkpointing)
+        model = load_model(str(tmp_path / "base"), None, settings)
+        for name, parameter in model.named_parameters():  # LoRA's B starts at zero: give it a gradient path
+            if "lora_B" in name:
+                torch.nn.init.normal_(parameter, std=0.1)
+        calls = []
+        model.base_model.model.model.layers[0].register_forward_pre_hook(lambda *_: calls.append(1))
+        loss = completion_loss(model, batch)
+        loss.backward()
+        grads = [p.grad.clone() for p in model.parameters() if p.requires_grad]
+        return loss.item(), grads, len(calls)
+
+    plain_loss, plain_grads, plain_calls = backward(False)
+    loss, grads, calls = backward(True)
+    assert (plain_calls, calls) == (1, 2)  # the second call is the recomputation
+    assert loss == pytest.approx(plain_loss, rel=1e-6)
+    for mine, reference in zip(grads, plain_grads, strict=True):
+        torch.testing.assert_close(mine, reference, rtol=1e-5, atol=1e-7)

@@ -33,6 +33,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--learning-rate", dest="learning_rate", type=float, default=None, help="LoRA AdamW lr"
     )
+    parser.add_argument(
+        "--gradient-checkpointing",
+        dest="gradient_checkpointing",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="recompute activations in the backward pass: less memory, more time (default: the preset's)",
+    )
     parser.add_argument("--train-limit", dest="train_limit", type=int, default=None, help="at most N tasks")
     parser.add_argument("--output-format", dest="output_format", choices=("chat", "json"), default="chat")
     parser.add_argument("--server-url", dest="server_url", default=None, help="use a running server")
@@ -51,8 +58,13 @@ def rft_config_from(args: argparse.Namespace) -> Any:
         for name in ("steps", "batch_size", "k", "max_tokens")
         if getattr(args, name) is not None
     }
-    if args.learning_rate is not None:
-        overrides["training"] = dataclasses.replace(preset.training, learning_rate=args.learning_rate)
+    training = {
+        name: getattr(args, name)
+        for name in ("learning_rate", "gradient_checkpointing")
+        if getattr(args, name) is not None
+    }
+    if training:
+        overrides["training"] = dataclasses.replace(preset.training, **training)
     return dataclasses.replace(preset, seed=args.seed, **overrides)
 
 

@@ -15,6 +15,7 @@ from whale_dspy.errors import ConfigError
 
 DTYPES = ("float32", "bfloat16", "float16")
 _DEVICE = re.compile(r"^(cpu|mps|cuda(:\d+)?)$")
+KIND_NAMES = {(int,): "an integer", (int, float): "a number", (bool,): "true or false"}
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,8 @@ class LoraTrainingConfig:
     max_length: tokens per example; prompts are cut from the left to fit.
     dtype / device: where the base model sits while training ("cuda:1" keeps
     training off the device that serves). seed: batch order, dropout and init.
+    gradient_checkpointing: keep one activation per decoder layer and recompute
+    the rest in the backward pass; less memory for more arithmetic.
     """
 
     rank: int = 8
@@ -41,6 +44,7 @@ class LoraTrainingConfig:
     dtype: str = "float32"
     device: str = "cpu"
     seed: int = 0
+    gradient_checkpointing: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "target_modules", tuple(self.target_modules))
@@ -51,8 +55,9 @@ class LoraTrainingConfig:
     def _problems(self) -> list[str]:
         kinds = {n: (int,) for n in ("rank", "epochs", "batch_size", "grad_accum", "max_length", "seed")}
         kinds |= {n: (int, float) for n in ("alpha", "dropout", "learning_rate")}
+        kinds["gradient_checkpointing"] = (bool,)
         wrong = [
-            f"{n} must be {'an integer' if k == (int,) else 'a number'}, got {getattr(self, n)!r}"
+            f"{n} must be {KIND_NAMES[k]}, got {getattr(self, n)!r}"
             for n, k in kinds.items()
             if type(getattr(self, n)) not in k
         ]

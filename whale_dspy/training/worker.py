@@ -34,6 +34,8 @@ def load_model(base: str, parent: str | None, config: LoraTrainingConfig) -> Any
     torch.manual_seed(config.seed)
     model = AutoModelForCausalLM.from_pretrained(base, dtype=getattr(torch, config.dtype))
     model.to(config.device)
+    if config.gradient_checkpointing:  # non-reentrant: frozen embeddings need no input-grad hook
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if parent:
         log.info("continuing from parent adapter %s (its rank and target modules apply)", parent)
         model = PeftModel.from_pretrained(model, parent, is_trainable=True)
