@@ -29,7 +29,8 @@ class LoraTrainingConfig:
     dtype / device: where the base model sits while training ("cuda:1" keeps
     training off the device that serves). seed: batch order, dropout and init.
     gradient_checkpointing: keep one activation per decoder layer and recompute
-    the rest in the backward pass; less memory for more arithmetic.
+    the rest in the backward pass (on a CPU: 0.2-0.3x the step's memory for
+    1.2-1.3x its time, bench/RESULTS.md); off in the GPU preset, where time matters more.
     """
 
     rank: int = 8
@@ -44,7 +45,7 @@ class LoraTrainingConfig:
     dtype: str = "float32"
     device: str = "cpu"
     seed: int = 0
-    gradient_checkpointing: bool = False
+    gradient_checkpointing: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "target_modules", tuple(self.target_modules))
@@ -98,6 +99,7 @@ class LoraTrainingConfig:
             max_length=4096,
             dtype="bfloat16",
             device=device,
+            gradient_checkpointing=False,
         )
         return replace(preset, **overrides)
 
