@@ -48,7 +48,7 @@ from whale_dspy.harness import HarnessProgram, source_of
 from whale_dspy.protocols import CandidateEvaluator, InferenceBackend
 from whale_dspy.records import AdapterRef
 from whale_dspy.rollouts import Metric
-from whale_dspy.rundir import RunDir, sole_writer
+from whale_dspy.rundir import CONFIG_FILE, RunDir, sole_writer
 
 log = logging.getLogger(__name__)
 
@@ -125,8 +125,10 @@ class WhaleOptimizer(Teleprompter):
         studies select on it and never see the test split), else `testset`.
         """
         data = self._check_data(student, trainset, searchset, valset, testset)
+        if resume and not (self.run_dir / CONFIG_FILE).exists():  # before the lock makes the folder
+            raise ConfigError(f"nothing to resume: {self.run_dir} holds no run (no config.json)")
         with sole_writer(self.run_dir):
-            recorder = self._open(student, data, resume=resume)
+            recorder = self._open(student, data)
             program = self._restore(student, recorder.run, recorder.state)
             self._evaluate(recorder, program, data, force=not recorder.state.curve)
             while not recorder.state.finished:
@@ -168,12 +170,8 @@ class WhaleOptimizer(Teleprompter):
             **self.extra_config,
         }
 
-    def _open(self, student: HarnessProgram, data: _Data, *, resume: bool) -> Recorder:
-        run_path = self.run_dir
-        existed = (run_path / "config.json").exists()
-        if resume and not existed:
-            raise ConfigError(f"nothing to resume: {run_path} holds no run (no config.json)")
-        run = RunDir.open(run_path, self._config(student, data))
+    def _open(self, student: HarnessProgram, data: _Data) -> Recorder:
+        run = RunDir.open(self.run_dir, self._config(student, data))
         repair_event_log(run)
         recorder = Recorder(run, load_state(run, initial_state(run, source_of(student))), self.on_event)
         recorder.record(

@@ -114,6 +114,7 @@ def test_resume_flag_needs_an_existing_run(tmp_path):
     opt = optimizer(tmp_path / "none", server, weight=FakeWeightPhase(server), method="weight-only")
     with pytest.raises(ConfigError, match="nothing to resume"):
         compile_run(opt, server, resume=True)
+    assert not (tmp_path / "none").exists()  # a mistyped --resume path leaves no empty run behind
 
 
 def test_a_run_another_process_is_writing_is_refused_and_left_untouched(tmp_path):
