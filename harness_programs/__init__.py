@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from whale_dspy.errors import ConfigError
+from whale_dspy.harness import HarnessSource
 
 HARNESS_DIR = Path(__file__).parent
 
@@ -33,4 +34,9 @@ def seed_harness_path(domain_or_stem: str) -> Path:
     return HARNESS_DIR / f"{stem}.py"
 
 
-__all__ = ["HARNESS_DIR", "SEED_HARNESSES", "seed_harness_path"]
+def seed_harness(domain_or_stem: str) -> HarnessSource:
+    """The seed harness as a source vouched for: shipped code, so it may run in process."""
+    return HarnessSource.from_path(seed_harness_path(domain_or_stem)).vouched()
+
+
+__all__ = ["HARNESS_DIR", "SEED_HARNESSES", "seed_harness", "seed_harness_path"]

@@ -70,10 +70,15 @@ STAGE_GRACE_S = 30.0
 """Extra seconds the parent waits past a sandbox's own limits, so the sandbox records the reason."""
 
 
+def sandbox_limits(config: MetaHarnessConfig, **changes: Any) -> SandboxLimits:
+    """The search's sandbox limits, sized by the config; `changes` override single limits."""
+    limits = {"task_seconds": TASK_SECONDS, "candidate_seconds": config.timeout_s, "threads": config.threads}
+    return SandboxLimits(**{**limits, **changes})
+
+
 def sandboxed_evaluator(config: MetaHarnessConfig, **changes: Any) -> SandboxedEvaluator:
     """The default evaluator: one contained child per candidate and stage, sized by the config."""
-    limits = {"task_seconds": TASK_SECONDS, "candidate_seconds": config.timeout_s, "threads": config.threads}
-    return SandboxedEvaluator(SandboxLimits(**{**limits, **changes}))
+    return SandboxedEvaluator(sandbox_limits(config, **changes))
 
 
 def _scores_and_cost(report: EvalReport, rollouts: list[Rollout], smoke: int) -> tuple:
@@ -230,7 +235,7 @@ class MetaHarness(Teleprompter):
 
     def _add_candidate(self, archive, source, iteration, student, lm, tasks) -> CandidateMeta:
         name = archive.next_name()
-        source = rename(source, name)
+        source = rename(source if iteration == 0 else source.unvouched(), name)  # a proposal is model-written
         base = CandidateMeta(
             name=name,
             iteration=iteration,
@@ -368,6 +373,7 @@ __all__ = [
     "MetaHarness",
     "MetaHarnessConfig",
     "MetaHarnessReport",
+    "sandbox_limits",
     "sandboxed_evaluator",
     "stop_reason",
 ]

@@ -33,12 +33,12 @@ from optimizers.rft_config import RFTConfig
 from optimizers.sft_from_rollouts import accepted, sft_examples
 from optimizers.signals import WeightStep
 from whale_dspy.errors import BackendError, ConfigError, TrainingError
-from whale_dspy.evaluation import evaluate
 from whale_dspy.harness import HarnessProgram
-from whale_dspy.protocols import InferenceBackend, WeightTrainer
+from whale_dspy.protocols import CandidateEvaluator, InferenceBackend, WeightTrainer
 from whale_dspy.records import AdapterRef, Rollout, TrainResult
 from whale_dspy.rollouts import Metric
 from whale_dspy.rundir import RunDir
+from whale_dspy.sandbox import ContainedEvaluator
 
 log = logging.getLogger(__name__)
 
@@ -92,8 +92,11 @@ class RejectionSamplingFinetune(Teleprompter):
         config: RFTConfig | None = None,
         run_dir: RunDir | None = None,
         base: str | None = None,
+        evaluator: CandidateEvaluator | None = None,
     ):
-        """`base`: the base model path the trainer loads; default the backend's `base_model`."""
+        """`base`: the base model path the trainer loads; default the backend's `base_model`.
+        `evaluator`: runs the sampling; by default a ContainedEvaluator with `config.threads`, so a
+        harness the search wrote samples in the sandbox and its rollouts are what gets trained on."""
         super().__init__()
         self.backend = backend
         self.trainer = trainer
@@ -101,6 +104,7 @@ class RejectionSamplingFinetune(Teleprompter):
         self.config = config or RFTConfig()
         self.run_dir = run_dir
         self.base = base
+        self.evaluator = evaluator or ContainedEvaluator.for_long_evaluations(self.config.threads)
         self.run_tag = self.config.run_tag or secrets.token_hex(2)
         self.report: RFTReport | None = None
         self._used_names: set[str] = set()
@@ -188,15 +192,15 @@ class RejectionSamplingFinetune(Teleprompter):
     def _sample(self, program: HarnessProgram, batch: list[dspy.Example], step: int) -> list[Rollout]:
         """k rollouts per task, ordered by (batch position, sample) so the SFT data is deterministic."""
         traces = self.run_dir.subdir("traces", "rft") / f"step-{step:04d}.jsonl" if self.run_dir else None
-        _, rollouts = evaluate(
+        _, rollouts = self.evaluator.evaluate(
             program,
             batch,
             metric=self.metric,
+            lm=program.bound_lm,
             k=self.config.k,
-            temperature=self.config.temperature,
-            threads=self.config.threads,
             namespace=f"rft/{self.config.seed}/{step}",
             trace_path=traces,
+            temperature=self.config.temperature,
         )
         position = {str(e.get("task_id")): i for i, e in enumerate(batch)}
         return sorted(rollouts, key=lambda r: (position[r.task_id], r.sample))

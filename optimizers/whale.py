@@ -43,12 +43,12 @@ from optimizers.schedules import Schedule
 from optimizers.shared_evals import SharedEvaluations
 from optimizers.whale_report import WhaleReport, report_from_state
 from whale_dspy.errors import BackendError, ConfigError
-from whale_dspy.evaluation import InProcessEvaluator
 from whale_dspy.harness import HarnessProgram, source_of
 from whale_dspy.protocols import CandidateEvaluator, InferenceBackend
 from whale_dspy.records import AdapterRef
 from whale_dspy.rollouts import Metric
 from whale_dspy.rundir import CONFIG_FILE, RunDir, sole_writer
+from whale_dspy.sandbox import ContainedEvaluator
 
 log = logging.getLogger(__name__)
 
@@ -102,8 +102,8 @@ class WhaleOptimizer(Teleprompter):
         self.backend, self.metric, self.schedule = backend, metric, schedule
         self.weight_phase, self.harness_phase = weight_phase, harness_phase
         self.run_dir, self.eval_every, self.eval_k = Path(run_dir), eval_every, eval_k
-        # Searched harnesses are model-written code: pass the sandboxed evaluator to score them contained.
-        self.evaluator = evaluator or InProcessEvaluator(threads=eval_threads)
+        # Searched harnesses are model-written code: the default scores them contained.
+        self.evaluator = evaluator or ContainedEvaluator.for_long_evaluations(eval_threads)
         self.extra_config, self.on_event = dict(config or {}), on_event
         self.shared_evals = shared_evals  # base-weight evaluations other runs already measured
         self.sampling = dict(sampling or {})

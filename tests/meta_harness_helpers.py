@@ -88,7 +88,10 @@ RELEASE = threading.Event()
 
 def student(code: str = TOY, **kwargs) -> HarnessProgram:
     return HarnessProgram(
-        HarnessSource(name="toy_h0", code=code), QA, tools_factory=lambda ex: {"wait": RELEASE.wait}, **kwargs
+        HarnessSource(name="toy_h0", code=code).vouched(),
+        QA,
+        tools_factory=lambda ex: {"wait": RELEASE.wait},
+        **kwargs,
     )
 
 
@@ -126,7 +129,7 @@ def archive_with(path, batches: Sequence[Sequence[HarnessSource]] = (), h0: str 
         archive_dir=path,
         lm=lm(),
         config=config,
-        evaluator=InProcessEvaluator(threads=2),  # trusted toy harnesses: no sandbox needed
+        evaluator=InProcessEvaluator(threads=2, run_unvouched_in_process=True),  # toy harnesses: no sandbox
     )
     for _ in itertools.islice(optimizer.iterations(student(h0), tasks()), len(batches) + 1):
         pass

@@ -67,7 +67,7 @@ def tasks(*names: str) -> list[dspy.Example]:
 
 
 def program(code: str = SINGLE_CALL) -> HarnessProgram:
-    return HarnessProgram(HarnessSource("h0", code), QA)
+    return HarnessProgram(HarnessSource("h0", code).vouched(), QA)
 
 
 def make_rft(

@@ -62,7 +62,7 @@ def test_the_same_rollout_ids_redraw_the_same_samples_at_temperature_one(embedde
     from whale_dspy.harness import HarnessProgram, HarnessSource
 
     code = "import dspy\ndef build(signature, tools):\n    return dspy.Predict(signature)\n"
-    program = HarnessProgram(HarnessSource("direct", code), dspy.Signature("question -> answer"))
+    program = HarnessProgram(HarnessSource("direct", code).vouched(), dspy.Signature("question -> answer"))
     task = dspy.Example(task_id="t0", question=QUESTION, answer="red").with_inputs("question")
     lm = embedded_server.lm(max_tokens=48)
 

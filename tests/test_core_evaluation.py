@@ -44,7 +44,7 @@ def exact(example, pred, trace=None) -> float:
 
 @pytest.fixture
 def program() -> HarnessProgram:
-    source = HarnessSource(name="lookup", code=SEARCH_HARNESS)
+    source = HarnessSource(name="lookup", code=SEARCH_HARNESS).vouched()
     return HarnessProgram(source, dspy.Signature("question -> answer"), lambda example: {"search": search})
 
 
@@ -104,7 +104,7 @@ def test_parse_failure_is_an_ordinary_zero_rollout_with_raw_completion(program):
 
 def test_raising_harness_and_raising_metric_score_zero_and_evaluation_goes_on():
     code = "import dspy\ndef build(signature, tools):\n    raise RuntimeError('boom')\n"
-    broken = HarnessProgram(HarnessSource("broken", code), dspy.Signature("question -> answer"))
+    broken = HarnessProgram(HarnessSource("broken", code).vouched(), dspy.Signature("question -> answer"))
     report, rollouts = evaluate(broken, tasks(2), metric=exact, lm=ScriptedLM([]), k=1)
     assert report.mean_at_k == 0.0 and all("boom" in r.error for r in rollouts)
 
@@ -114,7 +114,7 @@ def test_raising_harness_and_raising_metric_score_zero_and_evaluation_goes_on():
     good = HarnessProgram(
         HarnessSource(
             "direct", "import dspy\ndef build(signature, tools):\n    return dspy.Predict(signature)\n"
-        ),
+        ).vouched(),
         dspy.Signature("question -> answer"),
     )
     _, [rollout] = evaluate(good, tasks(1), metric=bad_metric, lm=ScriptedLM([{"answer": "0"}]), k=1)
@@ -134,7 +134,9 @@ def test_harness_sources_that_do_not_parse_or_lack_build_are_refused():
         HarnessProgram(HarnessSource("bad", "def build(:\n"), sig)
     with pytest.raises(HarnessError, match="defines no top-level"):
         HarnessProgram(HarnessSource("nobuild", "x = 1\n"), sig)
-    lazy = HarnessProgram(HarnessSource("raises", "raise ValueError('x')\ndef build(s, t):\n    pass\n"), sig)
+    lazy = HarnessProgram(
+        HarnessSource("raises", "raise ValueError('x')\ndef build(s, t):\n    pass\n").vouched(), sig
+    )
     with pytest.raises(HarnessError, match="failed to load"):
         lazy.build_for(dspy.Example())
 

@@ -11,15 +11,15 @@ import pytest
 from dspy.utils import DummyLM
 
 from domains import DOMAIN_NAMES, get_domain
-from harness_programs import SEED_HARNESSES, seed_harness_path
+from harness_programs import SEED_HARNESSES, seed_harness, seed_harness_path
 from whale_dspy.errors import ConfigError
-from whale_dspy.harness import HarnessSource, load_build
+from whale_dspy.harness import load_build
 
 ALLOWED_IMPORTS = {"dspy", "chess", "harness_programs.blocks", "__future__"}
 
 
 def build_seed(domain, example):
-    build = load_build(HarnessSource.from_path(seed_harness_path(domain.name)))
+    build = load_build(seed_harness(domain.name))
     return build(domain.signature, domain.tools(example))
 
 

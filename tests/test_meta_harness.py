@@ -58,7 +58,9 @@ def search(tmp_path, batches, **overrides) -> tuple[MetaHarness, ScriptedPropose
         archive_dir=tmp_path / "archive",
         lm=lm(),
         config=config(**overrides),
-        evaluator=InProcessEvaluator(threads=2),  # fast; tests/test_meta_harness_sandbox.py runs contained
+        evaluator=InProcessEvaluator(
+            threads=2, run_unvouched_in_process=True
+        ),  # fast; tests/test_meta_harness_sandbox.py runs contained
     )
     return optimizer, proposer
 
@@ -69,7 +71,7 @@ def take(optimizer: MetaHarness, n: int) -> list[HarnessIteration]:
 
 class CountingEvaluator(InProcessEvaluator):
     def __init__(self):
-        super().__init__(threads=2)
+        super().__init__(threads=2, run_unvouched_in_process=True)
         self.programs: list[str] = []
 
     def evaluate(self, program, examples, **kwargs):

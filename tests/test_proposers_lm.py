@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import sys
 
 import pytest
 from meta_harness_helpers import GOOD, TOY, archive_with, exact, lm, student, tasks
@@ -110,11 +109,33 @@ def test_command_proposer_works_in_a_copy_and_collects_new_files(archive):
 
 
 def test_command_proposer_timeout_and_failure_are_recorded(archive):
-    slow = CommandProposer(f"{sys.executable} -c 'import time; time.sleep(30)'", timeout_s=0.5)
+    slow = CommandProposer("sleep 30", timeout_s=0.5)
     assert slow.propose(archive, 1) == [] and "timed out" in slow.failures[0]
     failing = CommandProposer("echo boom; exit 3")
     assert failing.propose(archive, 1) == [] and "status 3" in failing.failures[0]
     assert "boom" in failing.failures[0]
+
+
+def test_the_command_proposer_sees_neither_the_test_split_nor_secrets(archive, tmp_path, monkeypatch):
+    """It runs jailed: its folder, the system's programs, and nothing of this process's world."""
+    from pathlib import Path
+
+    import domains
+
+    test_split = next((Path(domains.__file__).parent / "data" / "chess").glob("*test*"))
+    secret_file = tmp_path / "secret.txt"
+    secret_file.write_text("file-secret-7d2e")
+    monkeypatch.setenv("WHALE_TEST_SECRET", "env-secret-91c4")
+    leak = (
+        f"(zcat {test_split} | head -c 200; cat {secret_file}; echo $WHALE_TEST_SECRET; "
+        "cat /proc/[0-9]*/environ) > new/leak.py 2>&1; echo 'see leak' > new/leak.txt"
+    )
+    [proposed] = CommandProposer(leak).propose(archive, 1)
+    assert "No such file" in proposed.code  # it ran, and found nothing
+    for secret in ("file-secret-7d2e", "env-secret-91c4", "PuzzleId"):
+        assert secret not in proposed.code
+    unjailed = CommandProposer(leak, jail=None).propose(archive, 1)[0].code
+    assert all(secret in unjailed for secret in ("file-secret-7d2e", "env-secret-91c4", "PuzzleId"))
 
 
 def test_proposer_from_spec():

@@ -47,14 +47,16 @@ def test_every_edit_keeps_seed_harnesses_loadable(stem):
         applied.add(edit.name)
         assert new != code
         assert not check_imports(new)
-        module = load_build(HarnessSource(f"{stem}_{edit.name}", new))(QA, SEED_TOOLS)
+        module = load_build(HarnessSource(f"{stem}_{edit.name}", new).vouched())(QA, SEED_TOOLS)
         assert isinstance(module, dspy.Module)
         assert (prompt_only_violation(code, new) is None) == edit.prompt_only
     assert applied == APPLIES[stem]
 
 
 def run(code: str, replies, tools=None, question: str = "What is 2+2? #0"):
-    program = HarnessProgram(HarnessSource("edited", code), QA, tools_factory=lambda ex: tools or {})
+    program = HarnessProgram(
+        HarnessSource("edited", code).vouched(), QA, tools_factory=lambda ex: tools or {}
+    )
     example = dspy.Example(task_id="t0", question=question, answer="4").with_inputs("question")
     return run_rollout(program, example, lm=ScriptedLM(replies), metric=exact, sample=0, rollout_id=7)
 
@@ -82,7 +84,9 @@ def test_majority_vote_samples_under_distinct_seeds_on_a_seeded_server():
         def on_lm_start(self, call_id: str, instance: Any, inputs: dict[str, Any]) -> None:
             self.seeds.append(instance.kwargs.get("seed"))
 
-    program = HarnessProgram(HarnessSource("edited", apply("majority_vote", GOOD)), QA, tools_factory=dict)
+    program = HarnessProgram(
+        HarnessSource("edited", apply("majority_vote", GOOD)).vouched(), QA, tools_factory=dict
+    )
     example = dspy.Example(task_id="t0", question="What is 2+2? #0", answer="4").with_inputs("question")
     replies = [{"answer": a} for a in ("5", "4", "4", "3", "4")]
     log = SeedLog()

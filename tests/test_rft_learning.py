@@ -84,7 +84,7 @@ def learning_trial(
         config=config,
         run_dir=RunDir.open(run_path, config.to_dict()),
     )
-    student = HarnessProgram(HarnessSource("echo_h0", PLAIN_PREDICT), Echo)
+    student = HarnessProgram(HarnessSource("echo_h0", PLAIN_PREDICT).vouched(), Echo)
     with dspy.context(adapter=dspy.JSONAdapter()):
         before = held_out(student, testset, server.lm(max_tokens=config.max_tokens))
         trained = rft.compile(student, trainset=trainset)

@@ -83,7 +83,7 @@ def comparable(rollouts) -> list[dict]:
 def test_sandboxed_rollouts_equal_in_process_rollouts(tmp_path: Path) -> None:
     in_process = InProcessEvaluator(threads=2)
     sandboxed = SandboxedEvaluator(TEST_LIMITS)
-    source = HarnessSource(name="tools", code=TOOL_USER)
+    source = HarnessSource(name="tools", code=TOOL_USER).vouched()
     report_a, rollouts_a = run(
         in_process, HarnessProgram(source, Question, tools_for), trace_path=tmp_path / "a"
     )
@@ -108,7 +108,7 @@ class StructuredScriptedLM(ScriptedLM):
 
 
 def test_json_adapter_fallback_runs_in_the_child_as_in_process() -> None:
-    source = HarnessSource(name="tools", code=TOOL_USER)
+    source = HarnessSource(name="tools", code=TOOL_USER).vouched()
     outcomes = []
     for evaluator, prog in (
         (InProcessEvaluator(threads=2), HarnessProgram(source, Question, tools_for)),

@@ -63,7 +63,13 @@ def test_runs_side_by_side_measure_the_seed_program_once(tmp_path):
     methods = ("weight-only", "harness-only")
     with ThreadPoolExecutor(2) as pool:
         futures = [
-            pool.submit(run, tmp_path / method, method, shared, evaluator=SlowEvaluator(threads=2))
+            pool.submit(
+                run,
+                tmp_path / method,
+                method,
+                shared,
+                evaluator=SlowEvaluator(threads=2, run_unvouched_in_process=True),
+            )
             for method in methods
         ]
         [future.result() for future in futures]

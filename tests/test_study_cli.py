@@ -198,7 +198,11 @@ def test_study_trials_run_whale_on_validation_and_test_the_chosen_checkpoint_onc
     settings = RunSettings(domain="scripted", budget=100, eval_every=20, eval_k=2)
     domain = SimpleNamespace(signature=QA, tools=lambda example: {}, metric=exact_match)
     data = RunData(
-        domain, HarnessSource("h0", SEED_HARNESS), tasks("train", 10), tasks("search", 3), tasks("test", 2)
+        domain,
+        HarnessSource("h0", SEED_HARNESS).vouched(),
+        tasks("train", 10),
+        tasks("search", 3),
+        tasks("test", 2),
     )
     shared = backend()
     build = ScriptedBuild()

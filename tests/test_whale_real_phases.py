@@ -62,7 +62,7 @@ def compile_real(run_dir, *, on_event=None, budget=70):
         metric=exact,
         archive_dir=run_dir / "unused",
         config=MetaHarnessConfig(candidates=2, tasks=3, smoke_tasks=1, threads=2, timeout_s=30),
-        evaluator=InProcessEvaluator(threads=2),
+        evaluator=InProcessEvaluator(threads=2, run_unvouched_in_process=True),
     )
     optimizer = WhaleOptimizer(
         backend=server,
@@ -77,7 +77,7 @@ def compile_real(run_dir, *, on_event=None, budget=70):
         harness_phase=meta,
         on_event=on_event,
     )
-    student = HarnessProgram(HarnessSource("toy_h0", TOY), QA, lm=server.lm())
+    student = HarnessProgram(HarnessSource("toy_h0", TOY).vouched(), QA, lm=server.lm())
     program = optimizer.compile(student, trainset=tasks(8), searchset=tasks(3), testset=tasks(2))
     return program, server
 

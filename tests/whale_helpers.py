@@ -77,7 +77,7 @@ def backend() -> FakeBackend:
 
 
 def student(server: FakeBackend) -> HarnessProgram:
-    return HarnessProgram(HarnessSource("h0", SEED_HARNESS), QA, lm=server.lm())
+    return HarnessProgram(HarnessSource("h0", SEED_HARNESS).vouched(), QA, lm=server.lm())
 
 
 class FakeWeightPhase:
@@ -237,7 +237,11 @@ def scripted_run(
     settings = RunSettings(domain="scripted", schedule="fixed:0.6,3", budget=budget, eval_every=20, eval_k=2)
     domain = SimpleNamespace(signature=QA, tools=lambda example: {}, metric=exact_match)
     data = RunData(
-        domain, HarnessSource("h0", SEED_HARNESS), tasks("train", 10), tasks("search", 3), tasks("test", 2)
+        domain,
+        HarnessSource("h0", SEED_HARNESS).vouched(),
+        tasks("train", 10),
+        tasks("search", 3),
+        tasks("test", 2),
     )
 
     def build(

@@ -20,7 +20,7 @@ import dspy
 import numpy as np
 
 from whale_dspy.errors import ConfigError
-from whale_dspy.harness import HarnessProgram
+from whale_dspy.harness import HarnessProgram, refuse_untrusted
 from whale_dspy.jsonl import append_jsonl
 from whale_dspy.records import Rollout
 from whale_dspy.rollouts import Metric, run_rollout
@@ -93,9 +93,15 @@ def evaluate(
     on_rollout: Callable[[Rollout], None] | None = None,
     **sampling: Any,
 ) -> tuple[EvalReport, list[Rollout]]:
-    """Run k samples of every task; the rollout ids derive from (namespace, task, sample)."""
+    """Run k samples of every task; the rollout ids derive from (namespace, task, sample).
+
+    A HarnessProgram runs here only when its source is vouched for (UntrustedHarness otherwise):
+    evaluate model-written code with `whale_dspy.sandbox.ContainedEvaluator`.
+    """
     if k < 1 or threads < 1:
         raise ConfigError(f"k and threads must be >= 1 (got k={k}, threads={threads})")
+    if isinstance(program, HarnessProgram):
+        refuse_untrusted(program.source)
     lm = lm or program.bound_lm or dspy.settings.lm
     if lm is None:
         raise ConfigError("no LM: pass lm=, bind one to the program, or dspy.configure(lm=...)")
@@ -134,10 +140,15 @@ def evaluate(
 
 
 class InProcessEvaluator:
-    """The CandidateEvaluator for trusted harnesses: `evaluate` in this process."""
+    """The CandidateEvaluator for vouched harnesses: `evaluate` in this process.
 
-    def __init__(self, *, threads: int = 8):
+    `run_unvouched_in_process=True` is the named opt-in to run any code here (`whale search
+    --no-sandbox`): for harnesses you trust, since nothing then contains them.
+    """
+
+    def __init__(self, *, threads: int = 8, run_unvouched_in_process: bool = False):
         self.threads = threads
+        self.run_unvouched_in_process = run_unvouched_in_process
 
     def evaluate(
         self,
@@ -149,8 +160,11 @@ class InProcessEvaluator:
         k: int,
         namespace: str,
         trace_path: Path | None = None,
+        on_rollout: Callable[[Rollout], None] | None = None,
         **sampling: Any,
     ) -> tuple[EvalReport, list[Rollout]]:
+        if self.run_unvouched_in_process:
+            program = program.with_source(program.source.vouched())
         return evaluate(
             program,
             examples,
@@ -160,5 +174,6 @@ class InProcessEvaluator:
             threads=self.threads,
             namespace=namespace,
             trace_path=trace_path,
+            on_rollout=on_rollout,
             **sampling,
         )

@@ -91,5 +91,6 @@ class CandidateEvaluator(Protocol):
         k: int,
         namespace: str,
         trace_path: Path | None = None,
+        on_rollout: Callable[[Any], None] | None = None,
         **sampling: Any,
     ) -> tuple[Any, list[Any]]: ...

@@ -12,8 +12,9 @@ the harness caught the LM's error itself.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
-import functools
+import inspect
 import logging
 import threading
 import time
@@ -37,7 +38,12 @@ MAX_TOOL_RESULT_CHARS = 4000
 
 
 class ToolRecorder:
-    """Wraps tools so every call, its arguments and its result land in the trace."""
+    """Wraps tools so every call, its arguments and its result land in the trace.
+
+    The wrapper shows a harness the tool's name, docstring and signature and nothing of what it
+    wraps (no `__wrapped__`): what is behind a tool (a chess episode and its solution) is the
+    domain's, not the harness's.
+    """
 
     def __init__(self) -> None:
         self.calls: list[ToolCall] = []
@@ -47,7 +53,6 @@ class ToolRecorder:
         return {name: self._wrap_one(name, tool) for name, tool in tools.items()}
 
     def _wrap_one(self, name: str, tool: Callable[..., Any]) -> Callable[..., Any]:
-        @functools.wraps(tool)
         def traced(*args: Any, **kwargs: Any) -> Any:
             record_args = {**{f"arg{i}": a for i, a in enumerate(args)}, **kwargs}
             try:
@@ -60,6 +65,10 @@ class ToolRecorder:
             self._record(ToolCall(name, to_jsonable(record_args), result=str(result)[:MAX_TOOL_RESULT_CHARS]))
             return result
 
+        traced.__name__ = traced.__qualname__ = getattr(tool, "__name__", name)
+        traced.__doc__ = inspect.getdoc(tool)
+        with contextlib.suppress(TypeError, ValueError):  # a builtin without a signature keeps none
+            traced.__signature__ = inspect.signature(tool)  # type: ignore[attr-defined]
         return traced
 
     def _record(self, call: ToolCall) -> None:

@@ -1,9 +1,11 @@
 """CommandProposer: an external coding agent (Claude Code, Codex, any CLI) writes the harnesses.
 
-The agent runs in a COPY of the archive in a temporary folder, so it can read
-everything and break nothing; it gets a TASK.md saying what to write where, a
-timeout, and whatever it leaves in `new/*.py` becomes the candidates (with
-`new/<name>.txt` as the hypothesis when present).
+The agent runs jailed (`jail.Jail`, bubblewrap) in a COPY of the archive in a
+temporary folder: it can read every candidate and trace and break nothing, and
+it sees neither the test split, the run folder nor the parent's environment.
+It gets a TASK.md saying what to write where, a timeout, and whatever it leaves
+in `new/*.py` becomes the candidates (with `new/<name>.txt` as the hypothesis
+when present).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pathlib import Path
 
 from optimizers.archive import HarnessArchive
 from optimizers.proposers.context import task_text
+from optimizers.proposers.jail import DEFAULT_JAIL, Jail, bubblewrap
 from whale_dspy.errors import ConfigError
 from whale_dspy.harness import HarnessSource
 
@@ -45,12 +48,25 @@ the candidate it starts from (default {parent}). Do not modify anything else.
 class CommandProposer:
     label = "command"
 
-    def __init__(self, command: str, *, timeout_s: float = 1800.0, prompt_only: bool = False):
+    def __init__(
+        self,
+        command: str,
+        *,
+        timeout_s: float = 1800.0,
+        prompt_only: bool = False,
+        jail: Jail | None = DEFAULT_JAIL,
+    ):
+        """`jail`: what the agent may see besides its folder (its binary, configuration and API key
+        go in `Jail(read_only=..., env=..., network=True)`); `jail=None` is the opt-in to run it
+        unjailed, with this process's whole filesystem and environment in reach."""
         if not command.strip():
             raise ConfigError("CommandProposer needs a command line, e.g. \"claude -p 'read TASK.md'\"")
         if timeout_s <= 0:
             raise ConfigError(f"timeout_s must be > 0, got {timeout_s}")
+        if jail is not None:
+            bubblewrap()  # ConfigError now, before any search, when it is missing
         self.command = command
+        self.jail = jail
         self.timeout_s = timeout_s
         self.prompt_only = prompt_only
         self.calls = 0
@@ -74,10 +90,15 @@ class CommandProposer:
         """Run the command in its own process group, killed whole on timeout; failures are recorded."""
         command = self.command.replace("{workdir}", shlex.quote(str(workdir)))
         self.calls += 1
+        if self.jail is None:
+            argv, env = ["/bin/sh", "-c", command], None
+        else:
+            launch = self.jail.launch(workdir, command)
+            argv, env = launch.argv, launch.env
         process = subprocess.Popen(
-            command,
-            shell=True,
+            argv,
             cwd=workdir,
+            env=env,
             start_new_session=True,
             text=True,
             stdout=subprocess.PIPE,

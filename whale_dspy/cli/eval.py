@@ -10,7 +10,7 @@ from pathlib import Path
 import dspy
 
 from whale_dspy.cli.wiring import DOMAIN_HELP
-from whale_dspy.evaluation import EvalReport, evaluate
+from whale_dspy.evaluation import EvalReport
 from whale_dspy.harness import HarnessProgram, HarnessSource
 from whale_dspy.protocols import SPLITS
 
@@ -21,9 +21,7 @@ OUTPUT_FORMATS = ("chat", "json")
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("eval", help="evaluate a harness on a domain split (mean@k, traces)")
     parser.add_argument("--domain", required=True, help=DOMAIN_HELP)
-    parser.add_argument(
-        "--harness", default=None, help="seed harness name or a harness .py file (default: h0)"
-    )
+    add_harness_arguments(parser)
     parser.add_argument("--split", default="test", choices=SPLITS)
     parser.add_argument("--limit", type=int, default=20, help="tasks to evaluate (default 20)")
     parser.add_argument("--k", type=int, default=8, help="samples per task (default 8)")
@@ -39,13 +37,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-def resolve_harness(name_or_file: str | None, domain: str) -> HarnessSource:
-    """A harness file path, or a seed harness by domain or file stem."""
-    from harness_programs import seed_harness_path
+def add_harness_arguments(parser: argparse.ArgumentParser) -> None:
+    """--harness and its opt-in to run a harness file in process (eval, train, search)."""
+    parser.add_argument(
+        "--harness", default=None, help="seed harness name or a harness .py file (default: h0)"
+    )
+    parser.add_argument(
+        "--trust-harness",
+        dest="trust_harness",
+        action="store_true",
+        help="run the --harness file in this process: only for code you wrote or checked yourself "
+        "(a file the search wrote runs in the sandbox without this)",
+    )
+
+
+def resolve_harness(name_or_file: str | None, domain: str, *, trusted: bool = False) -> HarnessSource:
+    """A harness file path (vouched for only when `trusted`), or a seed harness by domain or stem."""
+    from harness_programs import seed_harness
 
     if name_or_file and Path(name_or_file).is_file():
-        return HarnessSource.from_path(name_or_file)
-    return HarnessSource.from_path(seed_harness_path(name_or_file or domain))
+        source = HarnessSource.from_path(name_or_file)
+        return source.vouched() if trusted else source
+    return seed_harness(name_or_file or domain)
 
 
 def adapter_context(output_format: str):
@@ -57,9 +70,10 @@ def run(args: argparse.Namespace) -> int:
     from whale_dspy.cli.run import served
     from whale_dspy.cli.wiring import backend_for_model
     from whale_dspy.records import AdapterRef
+    from whale_dspy.sandbox import ContainedEvaluator
 
     domain = get_domain(args.domain)
-    source = resolve_harness(args.harness, args.domain)
+    source = resolve_harness(args.harness, args.domain, trusted=args.trust_harness)
     examples = domain.load(args.split, args.limit, args.seed)
     out = args.out or Path("runs") / f"eval-{args.domain}-{source.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     out.mkdir(parents=True, exist_ok=True)
@@ -73,16 +87,16 @@ def run(args: argparse.Namespace) -> int:
         lm = backend.lm(adapter=adapter_name, max_tokens=args.max_tokens)
         program = HarnessProgram(source, domain.signature, domain.tools, lm=lm, adapter_name=adapter_name)
         with adapter_context(args.output_format), _progress(len(examples) * args.k) as advance:
-            report, _ = evaluate(
+            report, _ = ContainedEvaluator.for_long_evaluations(args.threads).evaluate(
                 program,
                 examples,
                 metric=domain.metric,
+                lm=lm,
                 k=args.k,
-                temperature=args.temperature,
-                threads=args.threads,
                 namespace=f"eval-{args.split}",
                 trace_path=out / "traces.jsonl",
                 on_rollout=lambda rollout: advance(),
+                temperature=args.temperature,
             )
     _write_and_print(report, out, args, source.name)
     return 0
@@ -104,6 +118,7 @@ def _write_and_print(report: EvalReport, out: Path, args: argparse.Namespace, ha
     from whale_dspy.jsonl import atomic_write_json
 
     meta = {"domain": args.domain, "harness": harness, "split": args.split, "model": args.model}
+    meta["contained"] = not args.trust_harness and args.harness is not None and Path(args.harness).is_file()
     atomic_write_json(out / "report.json", {**meta, "output_format": args.output_format, **report.to_dict()})
     table = Table(title=f"{args.domain} / {harness} / {args.split} ({args.output_format} output)")
     for column in (

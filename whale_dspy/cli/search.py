@@ -24,9 +24,10 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from whale_dspy.cli.eval import add_harness_arguments
 from whale_dspy.cli.wiring import DOMAIN_HELP
 from whale_dspy.evaluation import InProcessEvaluator
-from whale_dspy.harness import HarnessProgram, HarnessSource
+from whale_dspy.harness import HarnessProgram
 from whale_dspy.jsonl import atomic_write_json
 from whale_dspy.protocols import CandidateEvaluator, InferenceBackend
 from whale_dspy.stats import PairedGain, paired_gain
@@ -43,7 +44,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--proposer", default="mutation", help="mutation, lm:MODEL, agent:MODEL, command:'CMD'"
     )
     parser.add_argument("--model", default="smollm2-135m", help="embedded model name, local folder or hub id")
-    parser.add_argument("--harness", default=None, help="seed harness name (math_h0) or a .py file")
+    add_harness_arguments(parser)
     parser.add_argument("--iterations", type=int, default=15, help="at most N iterations after h0")
     parser.add_argument("--min-iterations", dest="min_iterations", type=int, default=None)
     parser.add_argument("--patience", type=int, default=2, help="stop after N iterations without a gain")
@@ -68,14 +69,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def prepare(args: argparse.Namespace) -> dict[str, Any]:
     """Domain, seed harness, tasks, proposer and config: every ConfigError before the server starts."""
     from domains import get_domain
-    from harness_programs import seed_harness_path
     from optimizers.meta_harness import MetaHarnessConfig
     from optimizers.proposers import proposer_from_spec
+    from whale_dspy.cli.eval import resolve_harness
 
     domain = get_domain(args.domain)
-    given = Path(args.harness) if args.harness else None
-    path = given if given is not None and given.is_file() else seed_harness_path(args.harness or args.domain)
-    source = HarnessSource.from_path(path)
+    source = resolve_harness(args.harness, args.domain, trusted=args.trust_harness)
     config = MetaHarnessConfig(
         candidates=args.candidates,
         tasks=args.tasks,
@@ -104,7 +103,7 @@ def search_evaluator(args: argparse.Namespace, config: Any) -> CandidateEvaluato
 
     if getattr(args, "sandbox", True):
         return sandboxed_evaluator(config)
-    return InProcessEvaluator(threads=args.threads)
+    return InProcessEvaluator(threads=args.threads, run_unvouched_in_process=True)
 
 
 def held_out_evaluator(evaluator: CandidateEvaluator, rollouts: int) -> CandidateEvaluator:

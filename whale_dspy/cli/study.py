@@ -27,6 +27,7 @@ from whale_dspy.cli.wiring import (
     RunSettings,
     add_run_arguments,
     backend_for_model,
+    evaluate_on_test,
     load_data,
     make_optimizer,
     name_part,
@@ -181,7 +182,6 @@ class StudyTrials:
 
     def test(self, trial: Any) -> float:
         """Test mean@k of the trial's best checkpoint, under a fresh adapter name (names are never reused)."""
-        from whale_dspy.evaluation import evaluate
         from whale_dspy.harness import HarnessSource
         from whale_dspy.records import AdapterRef
 
@@ -195,11 +195,9 @@ class StudyTrials:
             ref = AdapterRef(**{**adapter, "name": f"{adapter['name']}-test-{uuid.uuid4().hex[:6]}"})
             self.backend.load_adapter(ref)
             name = ref.name
-        seeded = replace(self.data, seed_harness=HarnessSource.from_path(harness))
-        program = student_of(seeded, self.backend, self.settings, adapter=name)
-        result, _ = evaluate(
-            program, self.data.testset, metric=self.data.domain.metric, k=self.settings.eval_k,
-            namespace="whale-test", trace_path=self.out / f"test-trial-{trial.number:04d}.jsonl",
+        result = evaluate_on_test(
+            self.data, self.backend, self.settings, HarnessSource.from_path(harness), adapter=name,
+            k=self.settings.eval_k, trace_path=self.out / f"test-trial-{trial.number:04d}.jsonl",
         )  # fmt: skip
         return result.mean_at_k
 

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from whale_dspy.cli.eval import add_harness_arguments
 from whale_dspy.cli.wiring import DOMAIN_HELP
 
 PRESETS = ("cpu", "gpu")
@@ -22,9 +23,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("train", help="run the weight phase alone (RFT of a LoRA adapter)")
     parser.add_argument("--domain", required=True, help=DOMAIN_HELP)
     parser.add_argument("--model", default="smollm2-135m", help="embedded model name, local folder or hub id")
-    parser.add_argument(
-        "--harness", default=None, help="seed harness name or a harness .py file (default h0)"
-    )
+    add_harness_arguments(parser)
     parser.add_argument("--preset", choices=PRESETS, default="cpu", help="RFT sizes for a CPU or a GPU")
     parser.add_argument("--steps", type=int, default=None, help="RFT steps (default: the preset's)")
     parser.add_argument("--batch-size", dest="batch_size", type=int, default=None, help="tasks per step")
@@ -82,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
 
     config = rft_config_from(args)  # ConfigError before any data or server work
     domain = get_domain(args.domain)
-    source = resolve_harness(args.harness, args.domain)
+    source = resolve_harness(args.harness, args.domain, trusted=args.trust_harness)
     trainset = domain.load("train", args.train_limit, 0)
     RejectionSamplingFinetune.check_trainset(config, trainset)  # before the server starts
     path = args.run_dir or Path("runs") / f"train-{args.domain}-{time.strftime('%Y%m%d-%H%M%S')}"

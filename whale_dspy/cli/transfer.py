@@ -13,9 +13,8 @@ from pathlib import Path
 from rich.console import Console
 
 from whale_dspy.cli.run import served
-from whale_dspy.cli.wiring import RunSettings, load_data, make_backend, student_of
+from whale_dspy.cli.wiring import RunSettings, evaluate_on_test, load_data, make_backend
 from whale_dspy.errors import ConfigError
-from whale_dspy.evaluation import evaluate
 from whale_dspy.harness import HarnessSource
 from whale_dspy.jsonl import atomic_write_json
 from whale_dspy.records import AdapterRef
@@ -51,7 +50,6 @@ def weights_of(spec: str, settings: RunSettings) -> tuple[str, AdapterRef | None
 
 
 def run(args: argparse.Namespace) -> int:
-    from optimizers.whale import EVAL_NAMESPACE
     from optimizers.whale_report import load_report
 
     settings = RunSettings.from_run(args.run_dir)
@@ -64,10 +62,7 @@ def run(args: argparse.Namespace) -> int:
         if adapter is not None:
             backend.load_adapter(adapter)
         name = adapter.name if adapter else None
-        program = student_of(data, backend, settings, adapter=name).with_source(source)
-        report, _ = evaluate(
-            program, data.testset, metric=data.domain.metric, k=k, namespace=f"{EVAL_NAMESPACE}-test"
-        )
+        report = evaluate_on_test(data, backend, settings, source, adapter=name, k=k)
     result = {"harness": harness, "adapter": None if adapter is None else vars(adapter), **report.to_dict()}
     atomic_write_json(args.run_dir / "transfer" / f"{label}.json", result)
     Console().print(

@@ -23,8 +23,6 @@ from whale_dspy.rundir import RunDir
 
 PRESETS = ("cpu", "gpu")
 DOMAIN_HELP = "chess, math, math500, search or squad; options as NAME:key=value (e.g. search:score=f1)"
-EVAL_SECONDS = 6 * 3600
-"""Wall-clock cap of one contained checkpoint evaluation (k samples of every test task on a CPU)."""
 DATA_SEED = 0
 """Task subsampling does not follow --seed: every method and seed sees the same tasks."""
 
@@ -128,12 +126,12 @@ class RunData:
 
 def load_data(settings: RunSettings) -> RunData:
     from domains import get_domain
-    from harness_programs import seed_harness_path
+    from harness_programs import seed_harness
 
     domain = get_domain(settings.domain)
     return RunData(
         domain=domain,
-        seed_harness=HarnessSource.from_path(seed_harness_path(settings.domain)),
+        seed_harness=seed_harness(settings.domain),
         trainset=domain.load("train", settings.train_limit, DATA_SEED),
         searchset=domain.load("search", settings.search_limit, DATA_SEED),
         testset=domain.load("test", settings.test_limit, DATA_SEED),
@@ -166,6 +164,34 @@ def student_of(
     """The seed harness on the base model (or a loaded adapter), under the run's sampling."""
     lm = backend.lm(adapter, **settings.sampling)
     return HarnessProgram(data.seed_harness, data.domain.signature, data.domain.tools, lm, adapter)
+
+
+def evaluate_on_test(
+    data: RunData,
+    backend: InferenceBackend,
+    settings: RunSettings,
+    source: HarnessSource,
+    *,
+    adapter: str | None,
+    k: int,
+    trace_path: Path | None = None,
+) -> Any:
+    """Test mean@k of `source` (a run's harness) under `adapter`, on the run's checkpoint rollout
+    ids; contained, since a run's harness is model-written unless it is the seed's own code."""
+    from optimizers.whale import EVAL_NAMESPACE
+    from whale_dspy.sandbox import ContainedEvaluator
+
+    program = student_of(data, backend, settings, adapter=adapter).with_source(source)
+    report, _ = ContainedEvaluator.for_long_evaluations(threads=8).evaluate(
+        program,
+        data.testset,
+        metric=data.domain.metric,
+        lm=program.bound_lm,
+        k=k,
+        namespace=f"{EVAL_NAMESPACE}-test",
+        trace_path=trace_path,
+    )
+    return report
 
 
 def make_phases(settings: RunSettings, backend: InferenceBackend, metric: Callable, run_dir: Path) -> tuple:
@@ -209,15 +235,17 @@ def make_optimizer(
     on_event: Callable[[dict[str, Any]], None] | None = None,
     shared_evals: Any = None,
 ) -> Any:
-    from optimizers.meta_harness import sandboxed_evaluator
+    from optimizers.meta_harness import sandbox_limits
     from optimizers.methods import get_method
     from optimizers.schedules import parse_schedule
     from optimizers.whale import WhaleOptimizer
+    from whale_dspy.sandbox import LONG_EVALUATION_SECONDS, ContainedEvaluator
 
     method = get_method(settings.method, weight_share=settings.weight_share)
     weight, harness, configs = make_phases(settings, backend, data.domain.metric, run_dir)
     # Checkpoint evaluations run searched (model-written) harnesses: contained, with room for k x tasks.
-    evaluator = sandboxed_evaluator(harness.config, candidate_seconds=EVAL_SECONDS, threads=8)
+    limits = sandbox_limits(harness.config, candidate_seconds=LONG_EVALUATION_SECONDS, threads=8)
+    evaluator = ContainedEvaluator(limits)
     return WhaleOptimizer(
         backend=backend,
         metric=data.domain.metric,

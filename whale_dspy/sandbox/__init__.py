@@ -16,8 +16,11 @@ _EXPORTS = {
     "SandboxLimits": "limits",
     "SandboxFailure": "limits",
     "classify_failure": "limits",
+    "LONG_EVALUATION_SECONDS": "limits",
     "CandidateProgram": "evaluator",
+    "ContainedEvaluator": "evaluator",
     "SandboxedEvaluator": "evaluator",
+    "run_contained": "evaluator",
 }
 
 __all__ = sorted(_EXPORTS)

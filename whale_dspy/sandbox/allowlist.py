@@ -10,6 +10,8 @@ caught by the child's runtime guard and the OS limits).
 from __future__ import annotations
 
 import ast
+import re
+import string
 from collections.abc import Iterable
 
 ALLOWED_IMPORTS: frozenset[str] = frozenset(
@@ -86,12 +88,18 @@ FORBIDDEN_ATTRIBUTES = frozenset(
         "__reduce_ex__",
         "__self__",
         "__subclasses__",
+        "__wrapped__",
+        "__defaults__",
+        "__kwdefaults__",
+        "__objclass__",
+        "__traceback__",
         "builtins",
         "cell_contents",
         "cr_frame",
         "environ",
         "f_back",
         "f_builtins",
+        "f_code",
         "f_globals",
         "f_locals",
         "gi_code",
@@ -103,13 +111,23 @@ FORBIDDEN_ATTRIBUTES = frozenset(
         "subprocess",
         "sys",
         "tb_frame",
+        "tb_next",
     }
 )
 """Attributes used to walk from an ordinary object to modules, frames or code objects (including
 modules that other modules import, such as ``typing.sys``)."""
 
-REFLECTION_CALLS = frozenset({"getattr", "setattr", "hasattr"})
-"""Builtins whose string argument must not name a dunder (``getattr(x, "__globals__")``)."""
+REFLECTION_HELPERS: dict[str, tuple[int, ...] | None] = {
+    "getattr": (1,),
+    "setattr": (1,),
+    "hasattr": (1,),
+    "methodcaller": (0,),
+    "attrgetter": None,
+}
+"""Callables that read attributes by name, and which positional arguments are names (None: all of
+them, dotted). Each may only be called directly, with names that are string literals naming neither
+a private attribute nor a forbidden one; passing one around or building the name at run time is
+refused (``operator.attrgetter(name)``, ``ag = operator.attrgetter``, ``map(getattr, ...)``)."""
 
 
 def allows(module: str, allowed: Iterable[str] = ALLOWED_IMPORTS) -> bool:
@@ -149,13 +167,67 @@ def _call_violation(node: ast.AST) -> str | None:
         return f"line {node.lineno}: forbidden call: name {node.id!r}"
     if isinstance(node, ast.Attribute) and node.attr in FORBIDDEN_ATTRIBUTES:
         return f"line {node.lineno}: forbidden call: attribute {node.attr!r}"
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in REFLECTION_CALLS:
-        for arg in node.args[1:2]:
-            if not (isinstance(arg, ast.Constant) and isinstance(arg.value, str)):
-                return f"line {node.lineno}: forbidden call: {node.func.id}() with a computed name"
-            if arg.value.startswith("_"):
-                return f"line {node.lineno}: forbidden call: {node.func.id}(..., {arg.value!r})"
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return _format_violation(node)
     return None
+
+
+def _bad_attribute(name: str) -> bool:
+    return name.startswith("_") or name in FORBIDDEN_ATTRIBUTES
+
+
+def _format_violation(node: ast.Constant) -> str | None:
+    """A format string that reads attributes of its arguments (``"{0.__wrapped__}".format(tool)``)."""
+    try:
+        fields = [field for _, field, _, _ in string.Formatter().parse(node.value) if field]
+    except ValueError:  # not a format string
+        return None
+    for field in fields:
+        parts = re.split(r"[.\[\]]", field)[1:]
+        bad = [part for part in parts if _bad_attribute(part.strip("'\""))]
+        if bad:
+            return f"line {node.lineno}: forbidden call: format field {field!r} reads attribute {bad[0]!r}"
+    return None
+
+
+def _helper_of(node: ast.AST, aliases: dict[str, str]) -> str | None:
+    """The reflection helper `node` names (``getattr``, ``operator.attrgetter``, an alias of one)."""
+    if isinstance(node, ast.Name):
+        return aliases.get(node.id)
+    if isinstance(node, ast.Attribute) and node.attr in ("attrgetter", "methodcaller"):
+        return node.attr
+    return None
+
+
+def _helper_aliases(tree: ast.Module) -> dict[str, str]:
+    """Names bound to reflection helpers: the builtins, and ``from operator import attrgetter as ag``."""
+    aliases = {name: name for name in REFLECTION_HELPERS}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            for alias in node.names:
+                if alias.name in REFLECTION_HELPERS:
+                    aliases[alias.asname or alias.name] = alias.name
+    return aliases
+
+
+def _reflection_violations(tree: ast.Module) -> list[str]:
+    """Reflection helpers used other than by a direct call with literal, harmless names."""
+    aliases, called, violations = _helper_aliases(tree), set(), []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and (helper := _helper_of(node.func, aliases)):
+            called.add(id(node.func))
+            positions = REFLECTION_HELPERS[helper]
+            names = [arg for i, arg in enumerate(node.args) if positions is None or i in positions]
+            starred = [arg for arg in node.args if isinstance(arg, ast.Starred) and arg not in names]
+            for arg in names + starred:
+                if not (isinstance(arg, ast.Constant) and isinstance(arg.value, str)):
+                    violations.append(f"line {node.lineno}: forbidden call: {helper}() with a computed name")
+                elif any(_bad_attribute(part) for part in arg.value.split(".")):
+                    violations.append(f"line {node.lineno}: forbidden call: {helper}(..., {arg.value!r})")
+    for node in ast.walk(tree):
+        if (helper := _helper_of(node, aliases)) and id(node) not in called:
+            violations.append(f"line {node.lineno}: forbidden call: {helper} used but not called directly")
+    return violations
 
 
 def check_imports(source: str, allowed: Iterable[str] = ALLOWED_IMPORTS) -> list[str]:
@@ -173,4 +245,4 @@ def check_imports(source: str, allowed: Iterable[str] = ALLOWED_IMPORTS) -> list
         found = _import_violation(node, allowed) or _call_violation(node)
         if found:
             violations.append(found)
-    return violations
+    return violations + _reflection_violations(tree)

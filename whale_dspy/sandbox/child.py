@@ -163,8 +163,8 @@ class Runner:
         import dspy
 
         from whale_dspy.rollouts import prediction_dict
-        from whale_dspy.sandbox.proxy import ProxyLM
-        from whale_dspy.sandbox.specs import tool_stub
+        from whale_dspy.sandbox.proxy import ParseReporter, ProxyLM
+        from whale_dspy.sandbox.specs import ADAPTERS, tool_stub
 
         self.guard.begin_job()
         number = job["job"]
@@ -175,7 +175,12 @@ class Runner:
             except Exception as error:
                 message = f"harness {self.name}: build() failed: {type(error).__name__}: {error}"
                 raise _Named("HarnessError", message) from error
-            with dspy.context(lm=ProxyLM(self.requests, number, job["lm"])):
+            adapter = ADAPTERS[job["adapter"]]() if job.get("adapter") else None
+            with dspy.context(
+                lm=ProxyLM(self.requests, number, job["lm"]),
+                adapter=adapter,
+                callbacks=[ParseReporter(self.channel, number)],
+            ):
                 outcome = {"prediction": prediction_dict(inner(**job["inputs"]))}
         except MemoryError:  # leave the handler at once: its traceback keeps the candidate's memory alive
             outcome = OUT_OF_MEMORY

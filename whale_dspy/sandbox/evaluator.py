@@ -1,9 +1,13 @@
-"""`SandboxedEvaluator`: the CandidateEvaluator for untrusted harness code.
+"""The evaluators that keep untrusted harness code contained.
 
-It runs `whale_dspy.evaluation.evaluate` unchanged (same seeds, same rollout
-records, same trace file, same report) on a stand-in program whose inner
-modules live in a contained child process; see `session` for the protocol and
-`confine` / `guard` for what contains the child.
+`SandboxedEvaluator` runs `whale_dspy.evaluation.evaluate` unchanged (same
+seeds, same rollout records, same trace file, same report) on a stand-in
+program whose inner modules live in a contained child process; see `session`
+for the protocol and `confine` / `guard` for what contains the child.
+`ContainedEvaluator` is the default everywhere a harness runs: code nobody
+vouched for goes to the sandbox, vouched code (shipped, the user's own) runs
+in process. `run_contained` is one call of an unvouched program, for
+`HarnessProgram.forward`.
 """
 
 from __future__ import annotations
@@ -15,21 +19,22 @@ from typing import Any
 
 import dspy
 
-from whale_dspy.evaluation import EvalReport, evaluate
+from whale_dspy.evaluation import EvalReport, InProcessEvaluator, evaluate
 from whale_dspy.harness import HarnessSource, ToolsFactory
 from whale_dspy.protocols import Tools
 from whale_dspy.records import Rollout
 from whale_dspy.rollouts import Metric
-from whale_dspy.sandbox.limits import SandboxLimits
+from whale_dspy.sandbox.limits import LONG_EVALUATION_SECONDS, SandboxLimits
 from whale_dspy.sandbox.session import CandidateSession
+from whale_dspy.sandbox.specs import adapter_name
 
 
 @dataclass(frozen=True)
 class CandidateProgram:
     """An untrusted harness as the sandbox needs it: never loaded in this process.
 
-    A `HarnessProgram` works too, but building one executes the source here;
-    the harness search should hand the sandbox a CandidateProgram instead.
+    A `HarnessProgram` works too: it loads its source only for in-process
+    rollouts, and refuses to unless the source is vouched for.
     """
 
     source: HarnessSource
@@ -45,8 +50,8 @@ class SandboxedProgram:
     def __init__(self, program: Any, session: CandidateSession):
         self.source: HarnessSource = program.source
         self.tools_factory: ToolsFactory = program.tools_factory
-        self.adapter_name: str | None = getattr(program, "adapter_name", None)
-        self.bound_lm: dspy.BaseLM | None = getattr(program, "bound_lm", None)
+        self.adapter_name: str | None = program.adapter_name
+        self.bound_lm: dspy.BaseLM | None = program.bound_lm
         self.session = session
 
     def build_for(self, example: dspy.Example, tools: Tools | None = None) -> Callable[..., Any]:
@@ -59,7 +64,11 @@ class SandboxedProgram:
 
 
 class SandboxedEvaluator:
-    """Evaluates each candidate in one fresh, contained child process; never raises for its misdeeds."""
+    """Evaluates each candidate in one fresh, contained child process; never raises for its misdeeds.
+
+    The child's CPU time is sized to the evaluation (`SandboxLimits.sized_for`), so a candidate that
+    spins is stopped after about what an honest one of that size could use.
+    """
 
     def __init__(self, limits: SandboxLimits | None = None):
         self.limits = limits or SandboxLimits()
@@ -74,17 +83,71 @@ class SandboxedEvaluator:
         k: int,
         namespace: str,
         trace_path: Path | None = None,
+        on_rollout: Callable[[Rollout], None] | None = None,
         **sampling: Any,
     ) -> tuple[EvalReport, list[Rollout]]:
-        with CandidateSession(program.source, program.signature, self.limits) as session:
+        adapter_name(dspy.settings.adapter)  # a ConfigError now, not one per rollout
+        limits = self.limits.sized_for(len(examples) * k)
+        with CandidateSession(program.source, program.signature, limits) as session:
             return evaluate(
                 SandboxedProgram(program, session),  # type: ignore[arg-type]
                 examples,
                 metric=metric,
                 lm=lm,
                 k=k,
-                threads=self.limits.threads,
+                threads=limits.threads,
                 namespace=namespace,
                 trace_path=trace_path,
+                on_rollout=on_rollout,
                 **sampling,
             )
+
+
+class ContainedEvaluator:
+    """The default CandidateEvaluator: unvouched (model-written) code in the sandbox, vouched code in
+    process. Both give the same rollouts for the same code, so the choice changes cost, not scores."""
+
+    def __init__(self, limits: SandboxLimits | None = None):
+        self.limits = limits or SandboxLimits()
+        self._sandboxed = SandboxedEvaluator(self.limits)
+        self._in_process = InProcessEvaluator(threads=self.limits.threads)
+
+    @classmethod
+    def for_long_evaluations(cls, threads: int) -> ContainedEvaluator:
+        """Default limits with `threads` rollouts at a time and room for hours of wall clock (a
+        checkpoint's or a weight step's sampling); the CPU limit still stops a spinning candidate."""
+        return cls(SandboxLimits(threads=threads, candidate_seconds=LONG_EVALUATION_SECONDS))
+
+    def evaluate(
+        self,
+        program: Any,
+        examples: Sequence[dspy.Example],
+        *,
+        metric: Metric,
+        lm: dspy.BaseLM,
+        k: int,
+        namespace: str,
+        trace_path: Path | None = None,
+        on_rollout: Callable[[Rollout], None] | None = None,
+        **sampling: Any,
+    ) -> tuple[EvalReport, list[Rollout]]:
+        chosen = self._in_process if program.source.trusted else self._sandboxed
+        return chosen.evaluate(
+            program,
+            examples,
+            metric=metric,
+            lm=lm,
+            k=k,
+            namespace=namespace,
+            trace_path=trace_path,
+            on_rollout=on_rollout,
+            **sampling,
+        )
+
+
+def run_contained(program: Any, example: dspy.Example, limits: SandboxLimits | None = None) -> Any:
+    """One call of `program` on `example`'s inputs in a fresh sandbox child, on the current LM."""
+    limits = (limits or SandboxLimits(threads=1)).sized_for(1)
+    adapter_name(dspy.settings.adapter)
+    with CandidateSession(program.source, program.signature, limits) as session:
+        return session.run(dict(example.inputs()), program.tools_factory(example), dspy.settings.lm)

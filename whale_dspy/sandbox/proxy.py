@@ -14,6 +14,7 @@ import threading
 from typing import Any
 
 import dspy
+from dspy.utils.callback import BaseCallback
 
 from whale_dspy.sandbox.specs import sampling_kwargs
 from whale_dspy.sandbox.wire import Channel
@@ -102,3 +103,23 @@ class ProxyLM(dspy.BaseLM):
 
     async def acall(self, prompt: Any = None, *, messages: Any = None, **kwargs: Any) -> list[Any]:
         return self(prompt, messages=messages, **kwargs)
+
+
+class ParseReporter(BaseCallback):
+    """Sends the parent every completion the job's adapter parsed and whether it could, in order, so
+    the parent's trace knows which LM calls were parsed (`LMCall.parsed`) as it does in process."""
+
+    def __init__(self, channel: Channel, job: int):
+        self.channel, self.job = channel, job
+        self._parsing: dict[str, str] = {}
+
+    def on_adapter_parse_start(self, call_id: str, instance: Any, inputs: dict[str, Any]) -> None:
+        self._parsing[call_id] = str(inputs.get("completion", ""))
+
+    def on_adapter_parse_end(
+        self, call_id: str, outputs: Any, exception: BaseException | None = None
+    ) -> None:
+        completion = self._parsing.pop(call_id, None)
+        if completion is not None:
+            message = {"completion": completion, "ok": exception is None}
+            self.channel.send({"type": "parse", "job": self.job, **message})

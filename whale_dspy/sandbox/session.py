@@ -22,6 +22,7 @@ import signal
 import subprocess
 import threading
 import time
+import uuid
 from typing import Any
 
 import dspy
@@ -42,7 +43,13 @@ from whale_dspy.sandbox.limits import (
     failure_from,
 )
 from whale_dspy.sandbox.spawn import Child, exit_failure, log_tail, spawn_child
-from whale_dspy.sandbox.specs import describe_signature, describe_tools, lm_profile, sampling_kwargs
+from whale_dspy.sandbox.specs import (
+    adapter_name,
+    describe_signature,
+    describe_tools,
+    lm_profile,
+    sampling_kwargs,
+)
 from whale_dspy.sandbox.wire import MessageTooLarge, WireError
 
 log = logging.getLogger(__name__)
@@ -216,6 +223,7 @@ class CandidateSession:
                     "inputs": to_jsonable(inputs),
                     "tools": describe_tools(tools),
                     "lm": lm_profile(lm),
+                    "adapter": adapter_name(dspy.settings.adapter),
                 }
             )
             return self._serve(inbox, tools, lm)
@@ -242,6 +250,8 @@ class CandidateSession:
                 deadline += time.monotonic() - started
             elif kind == "tool":
                 self._reply(message, functools.partial(self._tool_call, tools, message))
+            elif kind == "parse":
+                replay_parse(message)
             elif kind == "result":
                 return self._prediction(message)
 
@@ -288,3 +298,24 @@ class CandidateSession:
         """A fresh exception per rollout (raising one instance from many threads tangles tracebacks)."""
         failure = self.failure or SandboxCrash("the sandbox stopped")
         return type(failure)(*failure.args)
+
+
+class ContainedParseError(Exception):
+    """The child's adapter could not parse a completion (its own error stays in the child)."""
+
+
+def replay_parse(message: dict[str, Any]) -> None:
+    """Tell this rollout's DSPy callbacks what the child's adapter parsed, as if it had parsed here:
+    the rollout's watch marks the LM calls whose completion failed, so the weight phase gets the
+    same `LMCall.parsed` as in process. The callbacks get no adapter instance (it lives in the child)."""
+    completion, ok = message.get("completion"), message.get("ok")
+    if not isinstance(completion, str) or not isinstance(ok, bool):
+        return
+    call_id = uuid.uuid4().hex
+    error = None if ok else ContainedParseError("the adapter could not parse the completion")
+    for callback in dspy.settings.callbacks:
+        try:  # as DSPy does: a failing callback is logged, never raised into the program
+            callback.on_adapter_parse_start(call_id=call_id, instance=None, inputs={"completion": completion})
+            callback.on_adapter_parse_end(call_id=call_id, outputs=None if error else {}, exception=error)
+        except Exception as failure:
+            log.warning("callback %s failed on a replayed parse: %s", type(callback).__name__, failure)

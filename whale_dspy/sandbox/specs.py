@@ -141,6 +141,24 @@ def tool_stub(spec: dict[str, Any], call: Callable[[str, list[Any], dict[str, An
     return stub
 
 
+ADAPTERS: dict[str, type[dspy.Adapter]] = {
+    cls.__name__: cls for cls in (dspy.ChatAdapter, dspy.JSONAdapter, dspy.XMLAdapter)
+}
+"""DSPy adapters the child can rebuild by name (the parent's `dspy.settings.adapter`)."""
+
+
+def adapter_name(adapter: dspy.Adapter | None) -> str | None:
+    """The configured adapter by class name (None: DSPy's default); ConfigError for one the child
+    cannot rebuild, such as a custom subclass."""
+    if adapter is None:
+        return None
+    if type(adapter).__name__ not in ADAPTERS or type(adapter) is not ADAPTERS[type(adapter).__name__]:
+        raise ConfigError(
+            f"the sandbox rebuilds only {', '.join(sorted(ADAPTERS))}, not {type(adapter).__name__}"
+        )
+    return type(adapter).__name__
+
+
 def lm_profile(lm: dspy.BaseLM) -> dict[str, Any]:
     """What the child's stand-in LM reports: model name, sampling settings, capabilities."""
     profile: dict[str, Any] = {
