@@ -1,50 +1,128 @@
-"""Benchmark one weight-phase step on the embedded model: where does the time of an RFT step go?
+"""Benchmark one weight-phase step: where its time goes, and what sampling in the sandbox costs it.
 
-Splits a step that trained into rollout time, training time and adapter swap
-time (the trained adapter on disk -> the server answering through it; goal
-< 1 s), and prints each as a share of the step. A step that accepted nothing
-trains nothing, so the benchmark runs steps until one trains (--max-steps).
-The default task is the learning test's synthetic one (repeat a word, JSON
-output), where the base model gets about one rollout in seven right; on the
-real domains the base SmolLM2 accepts nothing, so no step would train.
+The same RFT step runs with its sampling in process and in the sandbox, in
+alternation (in-process, sandboxed, in-process, ... for --repeats rounds), on
+the same tasks and rollout ids, so both modes draw the same samples and train
+on the same data. For each run it splits the step into rollout, training and
+adapter swap time (trained adapter on disk -> the server answering through it),
+then prints the sandboxed/in-process ratios of the sampling and of the whole
+step (goal: the sandbox adds under 10 % to a step). A step that accepted
+nothing trains nothing, so each run takes steps until one trains (--max-steps).
+The default task is the echo task (whale_dspy.testing.echo), where the base
+model gets about one rollout in five right; on the real domains base SmolLM2
+accepts nothing. --tiny runs the same code on the shipped doubles (scripted
+LM, fake backend, fake trainer) in seconds: CI runs it so the script cannot rot.
 
     python bench/rft_step.py
-    python bench/rft_step.py --domain squad --server-url http://127.0.0.1:8000
+    python bench/rft_step.py --repeats 2 --server-url http://127.0.0.1:8000
+    python bench/rft_step.py --tiny
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import logging
 import os
 import platform
+import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import dspy
 
-ROOT = Path(__file__).resolve().parent.parent
-ECHO = "echo"
+MODES = ("in-process", "sandboxed")
 
 
-def parse_args() -> argparse.Namespace:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--domain", default=ECHO, help="echo (the learning test's task) or a real domain")
-    parser.add_argument("--harness", default=None, help="seed harness name or file (default: the domain's)")
+    parser.add_argument("--tiny", action="store_true", help="the shipped doubles instead of a model")
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--server-url", dest="server_url", default=None)
     parser.add_argument("--output-format", dest="output_format", choices=("chat", "json"), default="json")
     parser.add_argument("--batch-size", dest="batch_size", type=int, default=8)
     parser.add_argument("--k", type=int, default=4)
-    parser.add_argument("--max-tokens", dest="max_tokens", type=int, default=64)
+    parser.add_argument("--max-tokens", dest="max_tokens", type=int, default=24)
     parser.add_argument(
         "--max-steps", dest="max_steps", type=int, default=3, help="steps to try for one that trains"
     )
+    parser.add_argument("--repeats", type=int, default=1, help="rounds of (in-process, sandboxed)")
     parser.add_argument("--run-dir", dest="run_dir", type=Path, default=None)
-    return parser.parse_args()
+    return parser.parse_args(argv)
+
+
+@contextlib.contextmanager
+def served(args: argparse.Namespace, run_path: Path) -> Iterator[Any]:
+    """The backend the steps sample from: the shipped fake (--tiny), a running server, or our own."""
+    if args.tiny:
+        from whale_dspy.testing import FakeBackend, ScriptedLM
+
+        yield FakeBackend(ScriptedLM({"": '{"answer": "apple"}'}))  # right on the task "apple" only
+        return
+    from whale_dspy.backends import RemoteServer, embedded_server
+    from whale_dspy.models import resolve_model
+
+    server = (
+        RemoteServer(args.server_url, base_model=resolve_model(args.model))
+        if args.server_url
+        else embedded_server(args.model, run_dir=run_path)
+    )
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def evaluator_for(mode: str, threads: int) -> Any:
+    from whale_dspy.evaluation import InProcessEvaluator
+    from whale_dspy.sandbox import LONG_EVALUATION_SECONDS, SandboxedEvaluator, SandboxLimits
+
+    if mode == "in-process":
+        return InProcessEvaluator(threads=threads)
+    return SandboxedEvaluator(SandboxLimits(threads=threads, candidate_seconds=LONG_EVALUATION_SECONDS))
+
+
+def run_steps(
+    args: argparse.Namespace, backend: Any, run_path: Path, mode: str, label: str
+) -> dict[str, Any]:
+    """RFT steps until one trains, sampling in `mode`; that step's event plus the swap latency."""
+    from optimizers import RejectionSamplingFinetune, RFTConfig
+    from whale_dspy.harness import HarnessProgram
+    from whale_dspy.rundir import RunDir
+    from whale_dspy.testing import FakeTrainer
+    from whale_dspy.testing.echo import PLAIN_PREDICT, WORDS, Echo, echo_metric, echo_tasks
+    from whale_dspy.training import LoraTrainer
+
+    tag = f"{label}-{time.time_ns() % 10**8}"  # adapter names are never reused on a shared server
+    config = RFTConfig.cpu_embedded(
+        batch_size=args.batch_size, k=args.k, max_tokens=args.max_tokens, run_tag=tag
+    )
+    run_dir = RunDir.open(run_path / label, {"bench": "rft_step", "mode": mode, "rft": config.to_dict()})
+    rft = RejectionSamplingFinetune(
+        backend=backend,
+        trainer=FakeTrainer() if args.tiny else LoraTrainer(config.training),
+        metric=echo_metric,
+        config=config,
+        run_dir=run_dir,
+        base="base" if args.tiny else backend.base_model,
+        evaluator=evaluator_for(mode, config.threads),
+    )
+    trainset = echo_tasks(WORDS[: args.batch_size * args.max_steps])
+    adapter = dspy.JSONAdapter() if args.output_format == "json" else None
+    with dspy.context(adapter=adapter):
+        for signal, _ in rft.steps(HarnessProgram(PLAIN_PREDICT, Echo), trainset):
+            if signal.skipped is None:
+                event = run_dir.events("rft_step")[-1]
+                latency = first_answer_seconds(backend, signal.adapter.name)
+                return {**event, "mode": mode, "label": label, "first_answer": latency}
+            if signal.step + 1 >= args.max_steps:
+                break
+    raise SystemExit(f"no step trained in {args.max_steps} steps (nothing accepted?): see {run_dir.path}")
 
 
 def first_answer_seconds(backend: Any, adapter: str) -> float:
@@ -54,92 +132,59 @@ def first_answer_seconds(backend: Any, adapter: str) -> float:
     return time.perf_counter() - started
 
 
-def task(args: argparse.Namespace) -> tuple[Any, Callable[..., float], list[dspy.Example]]:
-    """(a program on the task's seed harness, its metric, its training tasks)."""
-    from whale_dspy.harness import HarnessProgram, HarnessSource
-
-    limit = args.batch_size * args.max_steps
-    if args.domain == ECHO:
-        sys.path.insert(0, str(ROOT / "tests"))
-        from test_rft_learning import PLAIN_PREDICT, WORDS, Echo, echo_metric, echo_tasks
-
-        program = HarnessProgram(HarnessSource("echo_h0", PLAIN_PREDICT), Echo)
-        return program, echo_metric, echo_tasks(WORDS[:limit])
-    from domains import get_domain
-    from whale_dspy.cli.eval import resolve_harness
-
-    domain = get_domain(args.domain)
-    program = HarnessProgram(resolve_harness(args.harness, args.domain), domain.signature, domain.tools)
-    return program, domain.metric, domain.load("train", limit, 0)
-
-
-def run_steps(args: argparse.Namespace, backend: Any, run_path: Path) -> tuple[dict[str, Any], float]:
-    """Run RFT steps until one trains; return its event and the first-answer latency through it."""
-    from optimizers import RejectionSamplingFinetune, RFTConfig
-    from whale_dspy.cli.eval import adapter_context
-    from whale_dspy.models import resolve_model
-    from whale_dspy.rundir import RunDir
-    from whale_dspy.training import LoraTrainer
-
-    student, metric, trainset = task(args)
-    config = RFTConfig.cpu_embedded(batch_size=args.batch_size, k=args.k, max_tokens=args.max_tokens)
-    rft = RejectionSamplingFinetune(
-        backend=backend,
-        trainer=LoraTrainer(config.training),
-        metric=metric,
-        config=config,
-        run_dir=RunDir.open(run_path, {"bench": "rft_step", **vars(args), "rft": config.to_dict()}),
-        base=resolve_model(args.model),
+def completions(run_dir: Path, step: int) -> list[str]:
+    """The step's sampled completions in rollout order: equal across modes when the samples are."""
+    trace = run_dir / "traces" / "rft" / f"step-{step:04d}.jsonl"
+    rollouts = sorted(
+        (json.loads(line) for line in trace.read_text().splitlines()), key=lambda r: r["rollout_id"]
     )
-    with adapter_context(args.output_format):
-        for signal, _ in rft.steps(student, trainset):
-            if signal.skipped is None:
-                event = rft.run_dir.events("rft_step")[-1]
-                return event, first_answer_seconds(backend, signal.adapter.name)
-            if signal.step + 1 >= args.max_steps:
-                break
-    raise SystemExit(f"no step trained in {args.max_steps} steps (nothing accepted?): see {run_path}")
+    return [call["completion"] for rollout in rollouts for call in rollout["lm_calls"]]
 
 
-def report(event: dict[str, Any], first_answer: float) -> None:
+def print_run(event: dict[str, Any]) -> None:
     parts = {
         "rollouts": event["rollout_seconds"],
         "training": event["train_seconds"],
-        "swap (load)": event["load_seconds"],
+        "swap": event["load_seconds"],
     }
     total = event["seconds"]
     print(
-        f"RFT step {event['step']}: {event['rollouts']} rollouts, {event['accepted']} accepted, "
-        f"{event['sft_examples']} SFT examples, {event['train_tokens']} completion tokens trained"
+        f"[{event['mode']}] RFT step {event['step']}: {event['rollouts']} rollouts, "
+        f"{event['accepted']} accepted, {event['sft_examples']} SFT examples, step {total:.2f} s, "
+        + ", ".join(f"{name} {seconds:.2f} s ({seconds / total:.0%})" for name, seconds in parts.items())
+        + f", first answer through the adapter {event['first_answer']:.3f} s"
     )
-    for name, seconds in parts.items():
-        print(f"  {name:<12} {seconds:8.2f} s  {seconds / total:6.1%}")
-    other = total - sum(parts.values())
-    print(f"  {'other':<12} {other:8.2f} s  {other / total:6.1%}")
-    print(f"  {'step':<12} {total:8.2f} s")
-    swap = event["load_seconds"] + first_answer
-    print(
-        f"swap latency (adapter written -> first answer through it): {swap:.3f} s "
-        f"(load {event['load_seconds']:.3f} s + first 1-token answer {first_answer:.3f} s)"
-    )
+
+
+def print_ratios(events: list[dict[str, Any]], same_samples: bool) -> None:
+    def median(mode: str, key: str) -> float:
+        return statistics.median(e[key] for e in events if e["mode"] == mode)
+
+    for key, label in (("rollout_seconds", "sampling"), ("seconds", "whole step")):
+        inside, outside = median("sandboxed", key), median("in-process", key)
+        print(f"{label}: sandboxed {inside:.2f} s / in-process {outside:.2f} s = {inside / outside:.3f}")
+    print(f"same samples and SFT data in both modes: {'yes' if same_samples else 'NO'}")
     cores = len(os.sched_getaffinity(0))
     print(f"machine: {platform.machine()}, {cores} cores, load average {os.getloadavg()[0]:.1f}")
 
 
-def main() -> None:
-    from whale_dspy.cli.eval import open_backend
-
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
-    for noisy in ("httpx", "LiteLLM"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-    args = parse_args()
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
     run_path = args.run_dir or Path("runs") / f"bench-rft-step-{time.strftime('%Y%m%d-%H%M%S')}"
     run_path.mkdir(parents=True, exist_ok=True)
-    with open_backend(args, run_path) as backend:
-        event, first_answer = run_steps(args, backend, run_path)
-    report(event, first_answer)
+    events = []
+    with served(args, run_path) as backend:
+        for repeat in range(args.repeats):
+            for mode in MODES:
+                events.append(run_steps(args, backend, run_path, mode, label=f"{mode}-{repeat}"))
+                print_run(events[-1])
+    samples = [completions(run_path / e["label"], e["step"]) for e in events]
+    same = all(sample == samples[0] for sample in samples) and len({e["sft_examples"] for e in events}) == 1
+    print_ratios(events, same)
+    return 0 if same else 1
 
 
 if __name__ == "__main__":
     dspy.disable_logging()
-    main()
+    sys.exit(main())

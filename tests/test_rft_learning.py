@@ -18,38 +18,16 @@ import pytest
 
 from optimizers import RejectionSamplingFinetune, RFTConfig
 from whale_dspy.evaluation import EvalReport, evaluate
-from whale_dspy.harness import HarnessProgram, HarnessSource
+from whale_dspy.harness import HarnessProgram
 from whale_dspy.rundir import RunDir
 from whale_dspy.stats import paired_gain
+from whale_dspy.testing.echo import PLAIN_PREDICT, WORDS, Echo, echo_metric, echo_tasks
 from whale_dspy.training import LoraTrainer, LoraTrainingConfig
 
 pytestmark = pytest.mark.integration
 
-WORDS = [
-    *("apple", "river", "stone", "cloud", "tiger", "lemon", "piano", "candle", "forest", "mirror", "rocket"),
-    *("garden", "silver", "window", "castle", "ocean", "bread", "chair", "horse", "paper", "smile", "train"),
-    *("water", "yellow", "bottle", "butter", "camera", "dragon", "engine", "finger", "guitar", "hammer"),
-    *("island", "jacket", "kitten", "ladder", "marble", "needle", "orange", "pencil", "rabbit", "saddle"),
-    *("tunnel", "violin", "wallet", "zebra", "basket", "cotton"),
-]
-PLAIN_PREDICT = "import dspy\n\n\ndef build(signature, tools):\n    return dspy.Predict(signature)\n"
 EVAL_K = 2
 SEED = 0
-
-
-class Echo(dspy.Signature):
-    """Repeat the given word exactly."""
-
-    word: str = dspy.InputField()
-    answer: str = dspy.OutputField()
-
-
-def echo_metric(example: dspy.Example, pred: dspy.Prediction, trace: object = None) -> float:
-    return float(str(pred.answer).strip().lower() == example.answer)
-
-
-def echo_tasks(words: list[str]) -> list[dspy.Example]:
-    return [dspy.Example(word=w, answer=w, task_id=w).with_inputs("word") for w in words]
 
 
 def held_out(program: HarnessProgram, tasks: list[dspy.Example], lm: dspy.BaseLM) -> EvalReport:
@@ -84,7 +62,7 @@ def learning_trial(
         config=config,
         run_dir=RunDir.open(run_path, config.to_dict()),
     )
-    student = HarnessProgram(HarnessSource("echo_h0", PLAIN_PREDICT).vouched(), Echo)
+    student = HarnessProgram(PLAIN_PREDICT, Echo)
     with dspy.context(adapter=dspy.JSONAdapter()):
         before = held_out(student, testset, server.lm(max_tokens=config.max_tokens))
         trained = rft.compile(student, trainset=trainset)

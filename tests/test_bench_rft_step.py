@@ -1,0 +1,18 @@
+"""bench/rft_step.py's tiny mode: the benchmark's whole code path on the shipped doubles, so it cannot rot."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[1] / "bench" / "rft_step.py"
+
+
+def test_the_tiny_rft_step_benchmark_runs_both_modes_on_the_same_samples(tmp_path, capsys):
+    spec = importlib.util.spec_from_file_location("rft_step_bench", BENCH)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert bench.main(["--tiny", "--run-dir", str(tmp_path), "--repeats", "2"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("[in-process] RFT step") == 2 and out.count("[sandboxed] RFT step") == 2
+    assert "sampling: sandboxed" in out and "same samples and SFT data in both modes: yes" in out
