@@ -149,13 +149,13 @@ def main() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
     from domains import get_domain
-    from harness_programs import seed_harness_path
+    from harness_programs import seed_harness
     from whale_dspy.backends import embedded_server
-    from whale_dspy.harness import HarnessProgram, HarnessSource
+    from whale_dspy.harness import HarnessProgram
 
     domain = get_domain(args.domain)
     tasks = domain.load("test", args.tasks, 0)
-    source = HarnessSource.from_path(seed_harness_path(args.harness or args.domain))
+    source = seed_harness(args.harness or args.domain)
     program = HarnessProgram(source, domain.signature, domain.tools)
     sides: dict[str, list[dict[str, float]]] = {"framework": [], "direct": []}
     with tempfile.TemporaryDirectory() as tmp, embedded_server(args.model, run_dir=Path(tmp)) as server:

@@ -32,9 +32,9 @@ import dspy
 from dspy.utils.callback import BaseCallback
 
 from domains.chess_puzzles import ChessDomain
-from harness_programs import seed_harness_path
+from harness_programs import seed_harness
 from whale_dspy.evaluation import InProcessEvaluator
-from whale_dspy.harness import HarnessProgram, HarnessSource
+from whale_dspy.harness import HarnessProgram
 from whale_dspy.sandbox import CandidateProgram, SandboxedEvaluator, SandboxLimits
 from whale_dspy.testing.scripted_lm import ScriptedLM
 
@@ -88,7 +88,7 @@ def main() -> None:
 
     domain = ChessDomain()
     tasks = domain.load("search", limit=args.tasks, seed=0)
-    source = HarnessSource.from_path(seed_harness_path("chess"))
+    source = seed_harness("chess")
     programs = {
         "in-process": (
             InProcessEvaluator(threads=args.threads),

@@ -25,10 +25,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import dspy  # noqa: E402
 
 from domains import get_domain  # noqa: E402
-from harness_programs import seed_harness_path  # noqa: E402
+from harness_programs import seed_harness  # noqa: E402
 from whale_dspy.backends import embedded_server  # noqa: E402
 from whale_dspy.evaluation import evaluate  # noqa: E402
-from whale_dspy.harness import HarnessProgram, HarnessSource  # noqa: E402
+from whale_dspy.harness import HarnessProgram  # noqa: E402
 
 FORMATS = {"chat": dspy.ChatAdapter, "json": dspy.JSONAdapter}
 
@@ -39,7 +39,7 @@ def measure(model: str, domains: list[str], args: argparse.Namespace, out: Path)
         lm = server.lm(max_tokens=args.max_tokens)
         for name in domains:
             domain = get_domain(name)
-            source = HarnessSource.from_path(seed_harness_path(name))
+            source = seed_harness(name)
             program = HarnessProgram(source, domain.signature, domain.tools, lm=lm)
             tasks = domain.load("test", args.limit, 0)
             for fmt, adapter in FORMATS.items():

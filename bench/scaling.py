@@ -122,14 +122,14 @@ def main() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
     from domains import get_domain
-    from harness_programs import seed_harness_path
+    from harness_programs import seed_harness
     from whale_dspy.backends import embedded_server
-    from whale_dspy.harness import HarnessProgram, HarnessSource
+    from whale_dspy.harness import HarnessProgram
 
     domain = get_domain(args.domain)
     pool = iter(domain.load("test", None, 0))
     tool_timer = ToolTimer(domain.tools)
-    source = HarnessSource.from_path(seed_harness_path(args.domain))
+    source = seed_harness(args.domain)
     program = HarnessProgram(source, domain.signature, tool_timer)
     lm_timer = LMTimer()
 

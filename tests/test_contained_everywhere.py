@@ -258,8 +258,9 @@ def test_whale_eval_runs_a_harness_file_contained_unless_trusted(tmp_path, fake_
         argv = ["eval", "--domain", "chess", "--harness", str(harness), "--limit", "2", "--k", "1"]
         argv += ["--server-url", url, "--model", str(model), "--out", str(out)]
         assert main(argv + (["--trust-harness"] if trusted else [])) == 0
-        scores[trusted] = json.loads((out / "report.json").read_text())["mean_at_k"]
-    assert scores == {False: 0.0, True: 1.0}
+        report = json.loads((out / "report.json").read_text())
+        scores[trusted] = (report["mean_at_k"], report["contained"])
+    assert scores == {False: (0.0, True), True: (1.0, False)}
 
 
 def test_a_runs_test_evaluation_contains_its_harness(tmp_path):
@@ -272,3 +273,35 @@ def test_a_runs_test_evaluation_contains_its_harness(tmp_path):
     written = HarnessSource("c0007", cd.CHESS_CHEAT)
     assert evaluate_on_test(data, backend, settings, written, adapter=None, k=1).mean_at_k == 0.0
     assert evaluate_on_test(data, backend, settings, written.vouched(), adapter=None, k=1).mean_at_k == 1.0
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        'import operator\nsolution = operator.attrgetter("__wrapped__")(tool)',
+        'import operator\nowner = operator.attrgetter("play_move.__self__")(tools)',
+        'import operator\noperator.methodcaller("__reduce__")(tool)',
+        "from operator import attrgetter as read\nread(name)(tool)",
+        "from operator import attrgetter as read\nreaders = [read]",
+        "import functools\nfunctools.reduce(getattr, names, tool)",
+        'getattr(typing_module, "sys")',
+        'text = "{0.__closure__}".format(tool)',
+        'text = "{tool.__self__.__dict__}".format(tool=tool)',
+        "cells = vars(tool)",
+    ],
+)
+def test_the_static_check_refuses_indirect_attribute_access(code):
+    assert any("forbidden call" in violation for violation in check_imports(code)), code
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        'import operator\nfirst = operator.attrgetter("answer")(prediction)',
+        'import operator\nby_score = sorted(rows, key=operator.itemgetter(0))',
+        'answer = getattr(prediction, "answer", "")',
+        'text = "{0} after {1[0]}: {name}".format(move, moves, name=side)',
+    ],
+)
+def test_the_static_check_lets_ordinary_attribute_access_through(code):
+    assert check_imports(code) == [], code

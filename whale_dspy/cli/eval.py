@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
                 on_rollout=lambda rollout: advance(),
                 temperature=args.temperature,
             )
-    _write_and_print(report, out, args, source.name)
+    _write_and_print(report, out, args, source)
     return 0
 
 
@@ -111,16 +111,19 @@ def _progress(total: int):
         yield lambda: progress.advance(task)
 
 
-def _write_and_print(report: EvalReport, out: Path, args: argparse.Namespace, harness: str) -> None:
+def _write_and_print(report: EvalReport, out: Path, args: argparse.Namespace, harness: HarnessSource) -> None:
     from rich.console import Console
     from rich.table import Table
 
     from whale_dspy.jsonl import atomic_write_json
 
-    meta = {"domain": args.domain, "harness": harness, "split": args.split, "model": args.model}
-    meta["contained"] = not args.trust_harness and args.harness is not None and Path(args.harness).is_file()
+    meta = {"domain": args.domain, "harness": harness.name, "split": args.split, "model": args.model}
+    meta["contained"] = not harness.trusted  # unvouched code ran in the sandbox
     atomic_write_json(out / "report.json", {**meta, "output_format": args.output_format, **report.to_dict()})
-    table = Table(title=f"{args.domain} / {harness} / {args.split} ({args.output_format} output)")
+    where = "sandboxed" if meta["contained"] else "in process"
+    table = Table(
+        title=f"{args.domain} / {harness.name} / {args.split} ({args.output_format} output, {where})"
+    )
     for column in (
         "tasks",
         "k",
