@@ -61,6 +61,18 @@ def exact_match(example: dspy.Example, pred: Any, trace: Any = None) -> float:
     return float(getattr(pred, "answer", None) == example.answer)
 
 
+class StructuredScriptedLM(ScriptedLM):
+    """Claims structured-output support, so a failed ChatAdapter parse retries with a JSON schema."""
+
+    @property
+    def supported_params(self) -> set[str]:
+        return {"response_format"}
+
+    @property
+    def supports_response_schema(self) -> bool:
+        return True
+
+
 def scripted_lm() -> ScriptedLM:
     return ScriptedLM({"": {"answer": "guess"}})
 

@@ -17,7 +17,7 @@ import cheat_domain as cd
 import dspy
 import pytest
 from rft_helpers import TWO_CALLS, reply
-from sandbox_helpers import TEST_LIMITS
+from sandbox_helpers import TEST_LIMITS, StructuredScriptedLM
 
 from optimizers import RejectionSamplingFinetune, RFTConfig
 from whale_dspy.evaluation import InProcessEvaluator, evaluate
@@ -170,18 +170,6 @@ def test_the_harness_search_unvouches_what_a_proposer_returns(tmp_path):
     assert seen == [("c0000", True), ("c0001", False)]
 
 
-class StructuredLM(ScriptedLM):
-    """Takes JSON schemas, so a completion ChatAdapter cannot parse is retried through JSONAdapter."""
-
-    @property
-    def supported_params(self) -> set[str]:
-        return {"response_format"}
-
-    @property
-    def supports_response_schema(self) -> bool:
-        return True
-
-
 def test_sandboxed_and_in_process_sampling_give_the_same_sft_data(tmp_path):
     """Including which LM calls were parsed: the child reports its adapter's parses over the wire."""
     replies = {
@@ -193,7 +181,7 @@ def test_sandboxed_and_in_process_sampling_give_the_same_sft_data(tmp_path):
         ("in-process", InProcessEvaluator(threads=1)),
         ("sandboxed", SandboxedEvaluator(replace(TEST_LIMITS, threads=1))),
     ):
-        backend = FakeBackend(StructuredLM(replies))
+        backend = FakeBackend(StructuredScriptedLM(replies))
         optimizer, trainer = rft(tmp_path / label, evaluator=evaluator, backend=backend, threads=1)
         program = HarnessProgram(HarnessSource("two", TWO_CALLS).vouched(), cd.QA)
         tasks = [dspy.Example(task_id=n, question=f"Q{n}?", answer=n).with_inputs("question") for n in "ab"]

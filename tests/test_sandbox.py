@@ -14,6 +14,7 @@ import pytest
 from sandbox_helpers import (
     TEST_LIMITS,
     Question,
+    StructuredScriptedLM,
     exact_match,
     examples,
     running_as_root,
@@ -93,18 +94,6 @@ def test_sandboxed_rollouts_equal_in_process_rollouts(tmp_path: Path) -> None:
     assert "(TypeError)" in rollouts_b[0].lm_calls[0].messages[-1]["content"]
     assert replace(report_a, seconds=0) == replace(report_b, seconds=0)
     assert comparable(map(_rollout, read_jsonl(tmp_path / "b"))) == comparable(rollouts_b)
-
-
-class StructuredScriptedLM(ScriptedLM):
-    """Claims structured-output support, so a failed ChatAdapter parse retries with a JSON schema."""
-
-    @property
-    def supported_params(self) -> set[str]:
-        return {"response_format"}
-
-    @property
-    def supports_response_schema(self) -> bool:
-        return True
 
 
 def test_json_adapter_fallback_runs_in_the_child_as_in_process() -> None:

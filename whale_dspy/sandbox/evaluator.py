@@ -119,30 +119,11 @@ class ContainedEvaluator:
         return cls(SandboxLimits(threads=threads, candidate_seconds=LONG_EVALUATION_SECONDS))
 
     def evaluate(
-        self,
-        program: Any,
-        examples: Sequence[dspy.Example],
-        *,
-        metric: Metric,
-        lm: dspy.BaseLM,
-        k: int,
-        namespace: str,
-        trace_path: Path | None = None,
-        on_rollout: Callable[[Rollout], None] | None = None,
-        **sampling: Any,
+        self, program: Any, examples: Sequence[dspy.Example], **options: Any
     ) -> tuple[EvalReport, list[Rollout]]:
+        """`CandidateEvaluator.evaluate`, by the evaluator this program's code calls for."""
         chosen = self._in_process if program.source.trusted else self._sandboxed
-        return chosen.evaluate(
-            program,
-            examples,
-            metric=metric,
-            lm=lm,
-            k=k,
-            namespace=namespace,
-            trace_path=trace_path,
-            on_rollout=on_rollout,
-            **sampling,
-        )
+        return chosen.evaluate(program, examples, **options)
 
 
 def run_contained(program: Any, example: dspy.Example, limits: SandboxLimits | None = None) -> Any:
