@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from optimizers.archive import CandidateMeta
-from optimizers.signals import HarnessIteration
+from optimizers.signals import HarnessIteration, search_stalled
 from whale_dspy.errors import ConfigError
 
 
@@ -68,11 +68,14 @@ class MetaHarnessReport:
 
 
 def stop_reason(history: Sequence[HarnessIteration], config: MetaHarnessConfig) -> str | None:
-    """The patience rule: stop at max_iterations, or after min_iterations once the best score
-    has not improved for `patience` iterations. None means go on."""
+    """The patience rule: stop at max_iterations, after MAX_EMPTY_ITERATIONS iterations in a row
+    without a candidate, or after min_iterations once the best score has not improved for
+    `patience` iterations. None means go on."""
     last = history[-1]
     if last.iteration >= config.max_iterations:
         return "max_iterations"
+    if search_stalled(history):
+        return "no candidates"
     best = max(signal.best_score for signal in history)
     improved_at = next(signal.iteration for signal in history if signal.best_score >= best)
     if last.iteration >= config.min_iterations and last.iteration - improved_at >= config.patience:

@@ -19,7 +19,7 @@ import dspy
 from optimizers.checkpoint import HARNESS_ITERATION, WEIGHT_STEP, RunState
 from optimizers.methods import Method
 from optimizers.schedules import Schedule
-from optimizers.signals import HarnessIteration, WeightStep
+from optimizers.signals import HarnessIteration, WeightStep, search_stalled
 from whale_dspy.harness import HarnessProgram
 from whale_dspy.records import AdapterRef
 
@@ -54,6 +54,8 @@ class PhaseDriver:
 
     event: str
     stream: Callable[[HarnessProgram, RunState], Iterator[tuple[Any, HarnessProgram]]]
+    stalled: Callable[[RunState], bool]
+    """The phase's units have stopped producing anything (a harness search without candidates)."""
     cost: Callable[[RunState], int]
     done: Callable[[RunState], bool]
     index: Callable[[Any], int]
@@ -67,6 +69,7 @@ def weight_driver(
     steps_per_epoch = phase.epoch(trainset).steps_per_epoch
     return PhaseDriver(
         event=WEIGHT_STEP,
+        stalled=lambda state: False,  # every step spends its rollouts
         stream=lambda program, state: phase.steps(
             program, trainset, start_step=state.spend.weight_steps, parent=state.adapter_ref
         ),
@@ -93,6 +96,7 @@ def harness_driver(
         stream=lambda program, state: phase.iterations(
             incoming(program, state), searchset, archive_dir=archive_dir(state)
         ),
+        stalled=lambda state: search_stalled(state.harness_units()),
         cost=lambda state: phase.rollouts_per_iteration(searchset, len(state.phase_units)),
         done=lambda state: schedule.harness_done(state.harness_units()),
         index=lambda signal: signal.iteration,

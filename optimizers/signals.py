@@ -8,6 +8,7 @@ alternation's x-axis is rollouts whichever phase spent them.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -50,3 +51,15 @@ class HarnessIteration:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+MAX_EMPTY_ITERATIONS = 3
+"""Consecutive harness iterations without one candidate after which a harness phase ends. A
+proposer that produces nothing (an exhausted neighbourhood, an LM whose every call fails) spends
+no rollouts, so neither the budget nor a rollout-counting rule would ever stop it."""
+
+
+def search_stalled(iterations: Sequence[HarnessIteration]) -> bool:
+    """Whether the last MAX_EMPTY_ITERATIONS iterations all came back without a candidate."""
+    recent = iterations[-MAX_EMPTY_ITERATIONS:]
+    return len(recent) == MAX_EMPTY_ITERATIONS and all(i.candidates == 0 for i in recent)

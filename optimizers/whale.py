@@ -246,6 +246,8 @@ class WhaleOptimizer(Teleprompter):
                 stream.close()
 
     def _stop_reason(self, state: RunState, driver: PhaseDriver, kind: str) -> str | None:
+        if driver.stalled(state):
+            return "no candidates"
         if self.method.repeat and driver.done(state):
             return "schedule"
         cap = self.budget.cap(self.method.share_of(kind))
