@@ -290,3 +290,11 @@ def test_the_static_check_refuses_indirect_attribute_access(code):
 )
 def test_the_static_check_lets_ordinary_attribute_access_through(code):
     assert check_imports(code) == [], code
+
+
+def test_every_module_proposers_are_offered_exists():
+    import importlib.util
+
+    from whale_dspy.sandbox import ALLOWED_IMPORTS
+
+    assert [name for name in sorted(ALLOWED_IMPORTS) if importlib.util.find_spec(name) is None] == []

@@ -28,7 +28,6 @@ ALLOWED_IMPORTS: frozenset[str] = frozenset(
         "enum",
         "fractions",
         "functools",
-        "harness_programs.blocks",
         "heapq",
         "itertools",
         "json",
@@ -43,8 +42,10 @@ ALLOWED_IMPORTS: frozenset[str] = frozenset(
         "typing",
     }
 )
-"""Modules (with their submodules) a candidate may import: DSPy, signatures, the harness building
-blocks, chess and harmless standard library modules. Pass another set to widen or narrow it."""
+"""Modules (with their submodules) a candidate may import: DSPy, signatures, chess and harmless
+standard library modules; each must exist, since proposers are shown this list. The harness
+building blocks are copied into candidates as source (optimizers/proposers/blocks.py), not
+imported. Pass another set to widen or narrow it."""
 
 DENIED_SUBMODULES: frozenset[str] = frozenset({"chess.engine", "chess.gaviota", "chess.syzygy"})
 """Parts of allowed packages that run engines or read tablebases (WHALE forbids move search)."""
@@ -142,7 +143,7 @@ def allows(module: str, allowed: Iterable[str] = ALLOWED_IMPORTS) -> bool:
 def import_allowed(module: str, fromlist: Iterable[str], allowed: Iterable[str]) -> bool:
     """Whether ``from module import *fromlist`` (or ``import module``) stays inside the allowlist.
 
-    ``from harness_programs import blocks`` is allowed when ``harness_programs.blocks`` is.
+    ``from dspy import predict`` is allowed when ``dspy.predict`` is.
     """
     if allows(module, allowed):
         return True
