@@ -138,6 +138,22 @@ def test_the_command_proposer_sees_neither_the_test_split_nor_secrets(archive, t
     assert all(secret in unjailed for secret in ("file-secret-7d2e", "env-secret-91c4", "PuzzleId"))
 
 
+def test_the_jail_grants_exactly_what_it_is_given(archive, tmp_path, monkeypatch):
+    from optimizers.proposers import Jail
+    from whale_dspy.cli.wiring import RunSettings
+
+    config = tmp_path / "agent.conf"
+    config.write_text("agent-config-5b1e")
+    monkeypatch.setenv("WHALE_AGENT_KEY", "key-3c9a")
+    monkeypatch.setenv("WHALE_OTHER_KEY", "other-8d0f")
+    command = f"(cat {config}; echo $WHALE_AGENT_KEY $WHALE_OTHER_KEY) > new/seen.py"
+    settings = RunSettings(domain="math", agent_read=(str(config),), agent_env=("WHALE_AGENT_KEY",))
+    assert settings.agent_jail == Jail((str(config),), ("WHALE_AGENT_KEY",), False)
+    proposer = proposer_from_spec(f"command:{command}", jail=settings.agent_jail)
+    [seen] = proposer.propose(archive, 1)
+    assert "agent-config-5b1e" in seen.code and "key-3c9a" in seen.code and "other-8d0f" not in seen.code
+
+
 def test_proposer_from_spec():
     made = []
     assert isinstance(proposer_from_spec("mutation", seed=3), MutationProposer)

@@ -15,6 +15,7 @@ import dspy
 from optimizers.proposers.agentic import AgenticProposer, ArchiveReader
 from optimizers.proposers.command import CommandProposer
 from optimizers.proposers.edits import EDITS, Edit, set_output_adapter
+from optimizers.proposers.jail import DEFAULT_JAIL, Jail
 from optimizers.proposers.lm import LMProposer
 from optimizers.proposers.mutation import MutationProposer
 from whale_dspy.errors import ConfigError
@@ -29,8 +30,10 @@ def proposer_from_spec(
     seed: int = 0,
     prompt_only: bool = False,
     make_lm: Callable[[str], dspy.BaseLM] = dspy.LM,
+    jail: Jail | None = DEFAULT_JAIL,
 ) -> HarnessProposer:
-    """Build the proposer a spec names; ConfigError lists the valid forms."""
+    """Build the proposer a spec names; ConfigError lists the valid forms. `jail`: what a
+    `command:` proposer's agent may reach (the other proposers run no external program)."""
     kind, _, value = spec.partition(":")
     if kind == "mutation" and not value:
         return MutationProposer(seed, prompt_only=prompt_only)
@@ -38,17 +41,19 @@ def proposer_from_spec(
         proposer = LMProposer if kind == "lm" else AgenticProposer
         return proposer(make_lm(value), seed=seed, prompt_only=prompt_only)
     if kind == "command" and value.strip():
-        return CommandProposer(value, prompt_only=prompt_only)
+        return CommandProposer(value, prompt_only=prompt_only, jail=jail)
     raise ConfigError(f"unknown proposer {spec!r}; valid forms: {', '.join(PROPOSER_KINDS)}")
 
 
 __all__ = [
+    "DEFAULT_JAIL",
     "EDITS",
     "PROPOSER_KINDS",
     "AgenticProposer",
     "ArchiveReader",
     "CommandProposer",
     "Edit",
+    "Jail",
     "LMProposer",
     "MutationProposer",
     "proposer_from_spec",

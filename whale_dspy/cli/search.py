@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.table import Table
 
 from whale_dspy.cli.eval import add_harness_arguments
-from whale_dspy.cli.wiring import DOMAIN_HELP
+from whale_dspy.cli.wiring import DOMAIN_HELP, add_agent_arguments, agent_jail
 from whale_dspy.evaluation import InProcessEvaluator
 from whale_dspy.harness import HarnessProgram
 from whale_dspy.jsonl import atomic_write_json
@@ -43,6 +43,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--proposer", default="mutation", help="mutation, lm:MODEL, agent:MODEL, command:'CMD'"
     )
+    add_agent_arguments(parser)
     parser.add_argument("--model", default="smollm2-135m", help="embedded model name, local folder or hub id")
     add_harness_arguments(parser)
     parser.add_argument("--iterations", type=int, default=15, help="at most N iterations after h0")
@@ -90,7 +91,12 @@ def prepare(args: argparse.Namespace) -> dict[str, Any]:
         "domain": domain,
         "source": source,
         "config": config,
-        "proposer": proposer_from_spec(args.proposer, seed=args.seed, prompt_only=args.prompt_only),
+        "proposer": proposer_from_spec(
+            args.proposer,
+            seed=args.seed,
+            prompt_only=args.prompt_only,
+            jail=agent_jail(args.agent_read, args.agent_env, args.agent_network),
+        ),
         "searchset": domain.load("search", args.tasks, DATA_SEED),
         "testset": domain.load("test", args.test_tasks, DATA_SEED),
         "run_dir": args.run_dir or Path("runs") / f"search-{args.domain}-{time.strftime('%Y%m%d-%H%M%S')}",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -47,10 +47,21 @@ class RunSettings:
     test_limit: int | None = None
     run_tag: str | None = None
     """Adapter-name tag; defaults to method-seed. Runs sharing a server need distinct tags."""
+    agent_read: tuple[str, ...] = ()
+    agent_env: tuple[str, ...] = ()
+    agent_network: bool = False
+    """What the jail of a `command:` proposer's agent grants (see `add_agent_arguments`)."""
 
     def __post_init__(self) -> None:
         if self.preset not in PRESETS:
             raise ConfigError(f"unknown preset {self.preset!r}; valid presets are {', '.join(PRESETS)}")
+        object.__setattr__(self, "agent_read", tuple(str(Path(p).resolve()) for p in self.agent_read))
+        object.__setattr__(self, "agent_env", tuple(self.agent_env))
+
+    @property
+    def agent_jail(self) -> Any:
+        """The jail a `command:` proposer's agent runs in."""
+        return agent_jail(self.agent_read, self.agent_env, self.agent_network)
 
     @property
     def every(self) -> int:
@@ -102,6 +113,7 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, method: bool = True, s
     parser.add_argument("--eval-every", dest="eval_every", type=int, help="rollouts between test evaluations")
     parser.add_argument("--eval-k", dest="eval_k", type=int, help="samples per test task (default 8)")
     parser.add_argument("--proposer", help="harness proposer: mutation, lm:MODEL, agent:MODEL, command:CMD")
+    add_agent_arguments(parser, defaults=False)
     parser.add_argument("--preset", choices=PRESETS, help="phase sizes for the embedded CPU model or a GPU")
     parser.add_argument(
         "--weight-share", dest="weight_share", type=float, help="stagewise: weight budget share"
@@ -113,6 +125,31 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, method: bool = True, s
     parser.add_argument(
         "--server-url", dest="server_url", help="reuse a running `whale serve` server (not recorded)"
     )
+
+
+def agent_jail(read: Sequence[str], env: Sequence[str], network: bool) -> Any:
+    """The jail of a `command:` proposer's agent (paths made absolute, as bubblewrap needs them)."""
+    from optimizers.proposers import Jail
+
+    return Jail(tuple(str(Path(path).resolve()) for path in read), tuple(env), network)
+
+
+def add_agent_arguments(parser: argparse.ArgumentParser, *, defaults: bool = True) -> None:
+    """What a `command:` proposer's agent may reach from its jail beyond its archive copy.
+    `defaults=False` leaves unset options out of the namespace (RunSettings holds the defaults)."""
+    empty = [] if defaults else None
+    parser.add_argument(
+        "--agent-read", dest="agent_read", action="append", default=empty, metavar="PATH",
+        help="a path the command proposer's agent may read (its binary, its configuration); repeatable",
+    )  # fmt: skip
+    parser.add_argument(
+        "--agent-env", dest="agent_env", action="append", default=empty, metavar="NAME",
+        help="an environment variable the agent gets (its API key); repeatable; nothing else passes",
+    )  # fmt: skip
+    parser.add_argument(
+        "--agent-network", dest="agent_network", action="store_true", default=False if defaults else None,
+        help="let the agent reach the network (to call its API)",
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -215,7 +252,9 @@ def make_phases(settings: RunSettings, backend: InferenceBackend, metric: Callab
         config=rft_config,
         run_dir=RunDir(run_dir),
     )
-    proposer = proposer_from_spec(settings.proposer, seed=settings.seed, prompt_only=prompt_only)
+    proposer = proposer_from_spec(
+        settings.proposer, seed=settings.seed, prompt_only=prompt_only, jail=settings.agent_jail
+    )
     meta = MetaHarness(
         proposer=proposer,
         metric=metric,
