@@ -22,6 +22,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--served-model-name", default="base")
+    parser.add_argument("--model", default="fake-model")
     parser.add_argument("--record", type=Path, default=None)
     args, _ = parser.parse_known_args()
     adapters: set[str] = set()
@@ -42,6 +43,17 @@ def main() -> None:
         def do_GET(self) -> None:
             if self.path == "/health":
                 self.reply(500 if engine_dead.is_set() else 200, {})
+            elif self.path == "/v1/models":  # as vLLM lists them: the base under its name, with its root
+                root = {"id": args.served_model_name, "root": args.model, "parent": None}
+                self.reply(
+                    200,
+                    {
+                        "data": [
+                            root,
+                            *({"id": a, "root": a, "parent": args.served_model_name} for a in adapters),
+                        ]
+                    },
+                )
             else:
                 self.reply(404, {})
 

@@ -241,10 +241,11 @@ def test_whale_eval_runs_a_harness_file_contained_unless_trusted(tmp_path, fake_
     for trusted in (False, True):
         out = tmp_path / f"eval-{trusted}"
         argv = ["eval", "--domain", "chess", "--harness", str(harness), "--limit", "2", "--k", "1"]
-        argv += ["--server-url", url, "--model", str(model), "--out", str(out)]
+        argv += ["--server-url", url, "--model", "org/asked-model", "--out", str(out)]
         assert main(argv + (["--trust-harness"] if trusted else [])) == 0
         report = json.loads((out / "report.json").read_text())
         scores[trusted] = (report["mean_at_k"], report["contained"])
+        assert report["model"] == str(model)  # what the server says it serves, not what --model asked
     assert scores == {False: (0.0, True), True: (1.0, False)}
 
 

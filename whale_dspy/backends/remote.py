@@ -78,6 +78,22 @@ class RemoteServer:
         """Names of the adapters loaded now."""
         return tuple(self._loaded)
 
+    def served_model(self) -> str:
+        """The model the server says it serves under the base name (vLLM's `root`: the path or hub
+        id it loaded), so that records name what ran rather than what was asked for."""
+        import httpx
+
+        try:
+            response = httpx.get(f"{self._url}/v1/models", timeout=self.request_timeout_s)
+            response.raise_for_status()
+            models = response.json()["data"]
+        except (httpx.HTTPError, ValueError, KeyError) as error:
+            raise BackendError(f"the server at {self._url} did not list its models: {error}") from error
+        for model in models:
+            if model.get("id") == self.served_name:
+                return str(model.get("root") or model["id"])
+        raise BackendError(f"the server at {self._url} serves no model named {self.served_name!r}")
+
     def start(self) -> None:
         """Nothing to start: the server is someone else's."""
 

@@ -78,6 +78,7 @@ def run(args: argparse.Namespace) -> int:
     out = args.out or Path("runs") / f"eval-{args.domain}-{source.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     out.mkdir(parents=True, exist_ok=True)
     with served(backend_for_model(args.model, out, args.server_url)) as backend:
+        model_served = backend.served_model()  # what ran, whatever --model said
         adapter_name = None
         if args.adapter:
             adapter_name = f"eval-{Path(args.adapter).name}-{int(time.time())}"
@@ -98,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
                 on_rollout=lambda rollout: advance(),
                 temperature=args.temperature,
             )
-    _write_and_print(report, out, args, source)
+    _write_and_print(report, out, args, source, model_served)
     return 0
 
 
@@ -111,13 +112,16 @@ def _progress(total: int):
         yield lambda: progress.advance(task)
 
 
-def _write_and_print(report: EvalReport, out: Path, args: argparse.Namespace, harness: HarnessSource) -> None:
+def _write_and_print(
+    report: EvalReport, out: Path, args: argparse.Namespace, harness: HarnessSource, served: str
+) -> None:
+    """report.json and the table; `served` is the model the server said it serves."""
     from rich.console import Console
     from rich.table import Table
 
     from whale_dspy.jsonl import atomic_write_json
 
-    meta = {"domain": args.domain, "harness": harness.name, "split": args.split, "model": args.model}
+    meta = {"domain": args.domain, "harness": harness.name, "split": args.split, "model": served}
     meta["contained"] = not harness.trusted  # unvouched code ran in the sandbox
     atomic_write_json(out / "report.json", {**meta, "output_format": args.output_format, **report.to_dict()})
     where = "sandboxed" if meta["contained"] else "in process"
