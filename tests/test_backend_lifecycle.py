@@ -4,29 +4,16 @@ from __future__ import annotations
 
 import json
 import socket
-import sys
 from pathlib import Path
 
 import dspy
 import pytest
+from server_helpers import fake_server
 
 from whale_dspy.backends import PROVIDER, RemoteServer, VLLMServer
 from whale_dspy.backends.process import ensure_port_free, group_members
 from whale_dspy.errors import BackendError
 from whale_dspy.records import AdapterRef
-
-FAKE_VLLM = str(Path(__file__).with_name("fake_vllm.py"))
-
-
-def fake_server(tmp_path: Path, code: str | None = None, **options) -> VLLMServer:
-    """A VLLMServer whose command is a Python snippet (or the fake vLLM), serving a dummy local model."""
-    command = (
-        [sys.executable, "-c", code]
-        if code
-        else [sys.executable, FAKE_VLLM, "--record", str(tmp_path / "requests.jsonl")]
-    )
-    (tmp_path / "model").mkdir(exist_ok=True)
-    return VLLMServer(str(tmp_path / "model"), log_path=tmp_path / "server.log", command=command, **options)
 
 
 def make_adapter(tmp_path: Path, name: str, base: str) -> AdapterRef:

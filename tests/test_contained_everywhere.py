@@ -18,6 +18,7 @@ import dspy
 import pytest
 from rft_helpers import TWO_CALLS, reply
 from sandbox_helpers import TEST_LIMITS, StructuredScriptedLM
+from server_helpers import fake_server
 
 from optimizers import RejectionSamplingFinetune, RFTConfig
 from whale_dspy.evaluation import InProcessEvaluator, evaluate
@@ -220,8 +221,6 @@ def test_limits_are_sized_to_the_evaluation():
 
 @pytest.fixture
 def fake_server_url(tmp_path):
-    from test_backend_lifecycle import fake_server
-
     (tmp_path / "server").mkdir()
     server = fake_server(tmp_path / "server")
     server.start()
