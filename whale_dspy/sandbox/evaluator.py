@@ -129,6 +129,5 @@ class ContainedEvaluator:
 def run_contained(program: Any, example: dspy.Example, limits: SandboxLimits | None = None) -> Any:
     """One call of `program` on `example`'s inputs in a fresh sandbox child, on the current LM."""
     limits = (limits or SandboxLimits(threads=1)).sized_for(1)
-    adapter_name(dspy.settings.adapter)
     with CandidateSession(program.source, program.signature, limits) as session:
         return session.run(dict(example.inputs()), program.tools_factory(example), dspy.settings.lm)
