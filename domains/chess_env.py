@@ -47,17 +47,23 @@ class PuzzleEpisode:
         self.ply = 0
         self.solved = False
         self.failed = False
+        self.unverified = False
+        """The move was played on a position whose solution is not known (no line): nothing to check."""
         self.played: list[str] = []
 
     @property
     def over(self) -> bool:
-        return self.solved or self.failed
+        return self.solved or self.failed or self.unverified
 
     def play(self, move: chess.Move) -> str | None:
         """Play a legal solver move; return the opponent's reply (SAN), or None when the episode ended."""
-        expected = chess.Move.from_uci(self.line[self.ply])
         self.played.append(move.uci())
         self.board.push(move)
+        if not self.line:  # a new position (the harness called as a plain program): one move, unchecked
+            self.solved = self.board.is_checkmate()
+            self.unverified = not self.solved
+            return None
+        expected = chess.Move.from_uci(self.line[self.ply])
         if self.board.is_checkmate() or (move == expected and self.ply + 1 >= len(self.line)):
             self.solved = True
             return None
@@ -95,7 +101,10 @@ def describe(board: chess.Board) -> str:
 
 
 class ChessPuzzleEnv:
-    """One rollout's interactive puzzle; the harness sees only its tools, never the solution."""
+    """One rollout's interactive puzzle; the harness sees only its tools, never the solution.
+
+    With no solution line (a harness called as a plain program on a new position) the first legal
+    move is played unchecked and ends the episode, so the harness answers with that move."""
 
     def __init__(self, fen: str, line: list[str]) -> None:
         self._episode = PuzzleEpisode(fen, line)
@@ -123,6 +132,8 @@ class ChessPuzzleEnv:
             return f"Correct: {san}. The opponent replied {reply}. Your move.\n{describe(episode.board)}"
         if episode.solved:
             return f"Correct: {san}. Puzzle solved. The episode is over."
+        if episode.unverified:
+            return f"Played {san}; this position has no known solution to reply from. The episode is over."
         return f"Wrong move: {san} is legal but not the solution. The episode is over (failed)."
 
     def tools(self) -> dict[str, Callable[..., str]]:

@@ -111,4 +111,4 @@ class ChessDomain(DatasetDomain):
         return score_answer(example.fen, example.line.split(), answer)
 
     def tools(self, example: dspy.Example) -> Tools:
-        return ChessPuzzleEnv(example.fen, example.line.split()).tools()
+        return ChessPuzzleEnv(example.fen, str(example.get("line") or "").split()).tools()

@@ -57,6 +57,7 @@ from whale_dspy.protocols import CandidateEvaluator, HarnessProposer
 from whale_dspy.records import Rollout
 from whale_dspy.sandbox import ALLOWED_IMPORTS, SandboxedEvaluator, SandboxLimits
 from whale_dspy.seeding import derive_seed
+from whale_dspy.student import as_harness, check_metric
 
 log = logging.getLogger(__name__)
 
@@ -183,11 +184,9 @@ class MetaHarness(Teleprompter):
             archive.record_iteration({**signal.to_dict(), "proposer_errors": errors})
             yield signal, self._best_program(student, archive)
 
-    def _check_inputs(self, program: dspy.Module, searchset: Sequence[dspy.Example]):
-        if not isinstance(program, HarnessProgram):
-            raise ConfigError(
-                f"MetaHarness searches harness code: pass a HarnessProgram, not {type(program).__name__}"
-            )
+    def _check_inputs(self, student: dspy.Module, searchset: Sequence[dspy.Example]):
+        check_metric(self.metric)
+        program = as_harness(student, examples=searchset)
         lm = self.lm or program.bound_lm or dspy.settings.lm
         if lm is None:
             raise ConfigError("no LM: pass lm=, bind one to the program, or dspy.configure(lm=...)")

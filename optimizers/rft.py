@@ -39,6 +39,7 @@ from whale_dspy.records import AdapterRef, Rollout, TrainResult
 from whale_dspy.rollouts import Metric
 from whale_dspy.rundir import RunDir
 from whale_dspy.sandbox import ContainedEvaluator
+from whale_dspy.student import as_harness, check_metric
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +109,7 @@ class RejectionSamplingFinetune(Teleprompter):
         self.run_tag = self.config.run_tag or secrets.token_hex(2)
         self.report: RFTReport | None = None
         self._used_names: set[str] = set()
+        self._trained: dict[str, AdapterRef] = {}  # what a later compile on its own result continues from
         self._scratch: Path | None = None
 
     def epoch(self, trainset: Sequence[dspy.Example]) -> EpochBatches[dspy.Example]:
@@ -125,13 +127,20 @@ class RejectionSamplingFinetune(Teleprompter):
 
     def compile(
         self,
-        student: HarnessProgram,
+        student: dspy.Module,
         *,
         trainset: Sequence[dspy.Example],
         valset: Sequence[dspy.Example] | None = None,
         parent: AdapterRef | None = None,
     ) -> HarnessProgram:
-        """Run `config.steps` steps and return the rebound program; `valset` is not read by this phase."""
+        """Run `config.steps` steps and return the rebound program; `valset` is not read by this phase.
+
+        `student` is any dspy.Module (see `whale_dspy.student`), so this works as the weight step of
+        `dspy.BetterTogether(metric=..., p=<a prompt optimizer>, w=RejectionSamplingFinetune(...))`;
+        a student on an adapter this optimizer trained continues from it."""
+        check_metric(self.metric)
+        student = as_harness(student, examples=trainset)
+        parent = parent or self._trained.get(student.adapter_name or "")
         started = time.perf_counter()
         stream = itertools.islice(self.steps(student, trainset, parent=parent), self.config.steps)
         program, signals = self._bind(student, parent), []
@@ -158,7 +167,7 @@ class RejectionSamplingFinetune(Teleprompter):
     ) -> Iterator[tuple[WeightStep, HarnessProgram]]:
         """Yield (signals, program bound to the adapter now served) after every step, without end."""
         batches = self.epoch(trainset)
-        current, adapter, failures = self._bind(program, parent), parent, 0
+        current, adapter, failures = self._bind(as_harness(program, examples=trainset), parent), parent, 0
         for step in itertools.count(start_step):
             started = time.perf_counter()
             rollouts = self._sample(current, batches.batch(step), step)
@@ -166,6 +175,7 @@ class RejectionSamplingFinetune(Teleprompter):
             outcome = self._train_and_load(step, rollouts, adapter)
             if outcome.result is not None:
                 adapter = outcome.result.adapter
+                self._trained[adapter.name] = adapter
                 current = self._bind(current, adapter)
             failures = failures + 1 if outcome.error is not None else 0
             signal = self._signal(step, rollouts, outcome, adapter, time.perf_counter() - started)
@@ -177,8 +187,6 @@ class RejectionSamplingFinetune(Teleprompter):
 
     def _bind(self, program: HarnessProgram, adapter: AdapterRef | None) -> HarnessProgram:
         """A new program on the server's LM for `adapter` (None: the base model)."""
-        if not isinstance(program, HarnessProgram):
-            raise ConfigError(f"the weight phase needs a HarnessProgram, got {type(program).__name__}")
         if adapter is None and program.adapter_name is not None:
             raise ConfigError(
                 f"the program is bound to adapter {program.adapter_name!r}: pass parent=AdapterRef for it"

@@ -43,12 +43,13 @@ from optimizers.schedules import Schedule
 from optimizers.shared_evals import SharedEvaluations
 from optimizers.whale_report import WhaleReport, report_from_state
 from whale_dspy.errors import BackendError, ConfigError
-from whale_dspy.harness import HarnessProgram, source_of
+from whale_dspy.harness import HarnessProgram
 from whale_dspy.protocols import CandidateEvaluator, InferenceBackend
 from whale_dspy.records import AdapterRef
 from whale_dspy.rollouts import Metric
 from whale_dspy.rundir import CONFIG_FILE, RunDir, sole_writer
 from whale_dspy.sandbox import ContainedEvaluator
+from whale_dspy.student import as_harness, check_metric
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +112,7 @@ class WhaleOptimizer(Teleprompter):
 
     def compile(
         self,
-        student: HarnessProgram,
+        student: dspy.Module,
         *,
         trainset: Sequence[dspy.Example],
         valset: Sequence[dspy.Example] | None = None,
@@ -122,9 +123,11 @@ class WhaleOptimizer(Teleprompter):
         """Run (or continue) the alternation until the budget is spent.
 
         The periodic evaluations score `valset` when one is given (hyperparameter
-        studies select on it and never see the test split), else `testset`.
+        studies select on it and never see the test split), else `testset`. `student` is any
+        dspy.Module (see `whale_dspy.student`); the result is a HarnessProgram.
         """
-        data = self._check_data(student, trainset, searchset, valset, testset)
+        data = self._check_data(trainset, searchset, valset, testset)
+        student = as_harness(student, examples=[*data.trainset, *data.searchset])
         if resume and not (self.run_dir / CONFIG_FILE).exists():  # before the lock makes the folder
             raise ConfigError(f"nothing to resume: {self.run_dir} holds no run (no config.json)")
         with sole_writer(self.run_dir):
@@ -140,9 +143,8 @@ class WhaleOptimizer(Teleprompter):
 
     # -- setup ---------------------------------------------------------------------------------
 
-    def _check_data(self, student: Any, trainset: Any, searchset: Any, valset: Any, testset: Any) -> _Data:
-        if not isinstance(student, HarnessProgram):
-            raise ConfigError(f"WhaleOptimizer needs a HarnessProgram student, got {type(student).__name__}")
+    def _check_data(self, trainset: Any, searchset: Any, valset: Any, testset: Any) -> _Data:
+        check_metric(self.metric)
         if WEIGHT in self.method.needs and not trainset:
             raise ConfigError(f"method {self.method.name!r} needs a non-empty trainset for the weight phase")
         if HARNESS in self.method.needs and not searchset:
@@ -173,7 +175,7 @@ class WhaleOptimizer(Teleprompter):
     def _open(self, student: HarnessProgram, data: _Data) -> Recorder:
         run = RunDir.open(self.run_dir, self._config(student, data))
         repair_event_log(run)
-        recorder = Recorder(run, load_state(run, initial_state(run, source_of(student))), self.on_event)
+        recorder = Recorder(run, load_state(run, initial_state(run, student.source)), self.on_event)
         recorder.record(
             RUN_RESUMED if recorder.state.events else RUN_STARTED, rollouts=recorder.state.spend.rollouts
         )

@@ -128,7 +128,7 @@ def test_evaluate_refuses_unvouched_code_in_process_and_forward_runs_it_containe
     with pytest.raises(UntrustedHarness, match="not vouched for"):
         evaluate(program, cd.tasks(1), metric=cd.exact_match, lm=ScriptedLM(GUESS), k=1)
     with pytest.raises(UntrustedHarness):
-        program.load()
+        program.build_function()
     honest = HarnessSource(
         "honest", "import dspy\ndef build(signature, tools):\n    return dspy.Predict(signature)\n"
     )

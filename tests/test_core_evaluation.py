@@ -9,7 +9,7 @@ import pytest
 
 from whale_dspy.errors import ConfigError, HarnessError
 from whale_dspy.evaluation import EvalReport, evaluate
-from whale_dspy.harness import HarnessProgram, HarnessSource, source_of
+from whale_dspy.harness import HarnessProgram, HarnessSource
 from whale_dspy.jsonl import read_jsonl
 from whale_dspy.records import Rollout
 from whale_dspy.stats import bootstrap_ci, paired_gain
@@ -146,7 +146,7 @@ def test_program_is_a_dspy_module_and_with_lm_never_mutates(program):
     bound = program.with_lm(lm, adapter_name="policy-r01-s0001")
     assert program.bound_lm is None and bound.adapter_name == "policy-r01-s0001"
     assert bound(question="q0?").answer == "0"
-    assert source_of(bound).code == SEARCH_HARNESS
+    assert bound.source.code == SEARCH_HARNESS
 
 
 def test_bootstrap_ci_brackets_the_mean_and_is_seeded():

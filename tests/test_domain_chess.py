@@ -7,7 +7,10 @@ import pytest
 
 from domains import get_domain
 from domains.chess_puzzles import puzzle_example
+from harness_programs import seed_harness
 from whale_dspy.errors import ConfigError
+from whale_dspy.harness import HarnessProgram
+from whale_dspy.testing import ScriptedLM
 
 # Lichess row 0fYUn: after black's Rxa3, white mates in 2 with Rd8+ Rxd8 Rxd8#.
 MATE_IN_2 = {
@@ -103,3 +106,16 @@ def test_rating_and_theme_filters(domain):
 def test_unknown_theme_lists_the_valid_ones():
     with pytest.raises(ConfigError, match="mateIn1"):
         get_domain("chess", themes="mateInOne").load("train")
+
+
+def test_the_seed_harness_called_as_a_plain_program_answers_a_new_position(domain):
+    example = puzzle_example(MATE_IN_2)
+    program = HarnessProgram(
+        seed_harness("chess"), domain.signature, domain.tools, lm=ScriptedLM([{"move": "e4"}])
+    )
+    inputs = {name: example[name] for name in example.inputs()}  # what a user has: no solution line
+    assert "line" not in inputs
+    illegal = program(**inputs)
+    assert illegal.answer == ""  # e4 is not legal here: the seed stops without a move
+    program = program.with_lm(ScriptedLM([{"move": "Rd8+"}, {"move": "Rxd8#"}]))
+    assert program(**inputs).answer == "Rd8+"  # one move, unchecked: there is no solution to reply from

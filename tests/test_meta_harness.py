@@ -274,7 +274,7 @@ def test_config_is_validated(overrides):
 
 def test_inputs_are_validated(tmp_path):
     optimizer, _ = search(tmp_path, [])
-    with pytest.raises(ConfigError, match="HarnessProgram"):
+    with pytest.raises(ConfigError, match="a student is a dspy.Module"):
         next(optimizer.iterations(object(), tasks()))
     with pytest.raises(ConfigError, match="smoke_tasks"):
         next(optimizer.iterations(student(), tasks(1)))

@@ -3,6 +3,9 @@
 Every copy (`lm.copy(rollout_id=...)`, as the rollout runner makes one per
 rollout) shares the same script, so a test scripts a whole evaluation or
 training step up front. An exhausted script raises instead of inventing text.
+It has the part of `dspy.LM` that stock optimizers call beyond requests
+(`launch`, `kill`, `finetune` through its `provider`), so BetterTogether and
+BootstrapFinetune run on it.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import dspy
 from dspy.clients.engines.dummy_engine import AsyncDummyEngine, DummyEngine
 from dspy.lm15 import Message, Response, TextPart, Usage
 from dspy.utils.dummies import DummyLM
@@ -36,6 +40,14 @@ class _Script:
             }
         else:
             self.queues = {"": list(replies)}
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Picklable (a program saved with `save_program=True`); the copy gets its own lock."""
+        return {key: value for key, value in self.__dict__.items() if key != "lock"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.lock = threading.Lock()
 
     def next_reply(self, model: str, last_message: str) -> Reply:
         with self.lock:
@@ -92,13 +104,24 @@ class ScriptedLM(DummyLM):
         keyed_by: str = "prompt",
         model: str = "scripted",
         adapter: Any = None,
+        provider: dspy.Provider | None = None,
     ):
         if keyed_by not in ("prompt", "model"):
             raise ValueError(f"keyed_by must be 'prompt' or 'model', not {keyed_by!r}")
         super().__init__([], adapter=adapter)
         self.model = model
         self.script = _Script(replies, keyed_by)
+        self.provider = provider or dspy.Provider()  # dspy.LM's plug-in point: launch, kill, finetune
+        self.finetuning_model: str | None = None
+        self.launch_kwargs: dict[str, Any] = {}
+        self.train_kwargs: dict[str, Any] = {}
         self._install_engine()
+
+    # dspy.LM's own provider calls, so a stock optimizer drives this LM as it drives a served one.
+    launch = dspy.LM.launch
+    kill = dspy.LM.kill
+    finetune = dspy.LM.finetune
+    _run_finetune_job = dspy.LM._run_finetune_job
 
     def _install_engine(self) -> None:
         self._engine_spec = _ScriptEngine(self)
@@ -108,6 +131,10 @@ class ScriptedLM(DummyLM):
         copied = super().copy(**kwargs)
         copied._install_engine()
         return copied
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> ScriptedLM:
+        """A new LM object on the same script (its lock cannot be copied, and copies share the script)."""
+        return self.copy()
 
     def for_model(self, model: str) -> ScriptedLM:
         """The same script seen under another model name (as a backend binds an adapter)."""

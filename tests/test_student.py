@@ -1,0 +1,101 @@
+"""A user's own DSPy program as a student: its source, the generated entry, what it holds, bad input."""
+
+from __future__ import annotations
+
+import dspy
+import pytest
+from user_programs import HiddenArgument, HoldsAClient, LookupQA
+
+from whale_dspy.errors import ConfigError
+from whale_dspy.evaluation import evaluate
+from whale_dspy.harness import HarnessProgram, HarnessSource
+from whale_dspy.student import STATE_NAME, as_harness, check_metric
+from whale_dspy.testing import ScriptedLM
+
+KNOWLEDGE = {"capital france": ["Paris is the capital of France.", "France is in Europe."]}
+
+
+def lookup(query: str, k: int) -> list[str]:
+    """Notes about a query, at most k."""
+    return KNOWLEDGE.get(query, [])[:k]
+
+
+def scripted() -> ScriptedLM:
+    """The rewrite step answers a query, the answer step reads the notes (keys: the prompt's fields)."""
+    return ScriptedLM({"## notes ##": {"answer": "Paris"}, "## question ##": {"query": "capital france"}})
+
+
+def questions(n: int = 2) -> list[dspy.Example]:
+    return [
+        dspy.Example(
+            task_id=f"q{i}", question=f"What is the capital of France? #{i}", answer="Paris"
+        ).with_inputs("question")
+        for i in range(n)
+    ]
+
+
+def exact(example, pred, trace=None) -> float:
+    return float(pred.answer == example.answer)
+
+
+def test_a_user_program_becomes_the_source_its_class_needs_plus_a_generated_entry():
+    program = as_harness(LookupQA(lookup, notes=1))
+    code = program.source.code
+    for needed in ("class Rewrite", "class AnswerFromNotes", "def join_notes", "NOTES_PER_QUERY = 2"):
+        assert needed in code
+    for unrelated in ("load_user_data", "HiddenArgument", "import json"):
+        assert unrelated not in code
+    assert "LookupQA(lookup=tools['lookup'], notes=1, style='short')" in code
+    assert program.source.trusted and program.source.name == "LookupQA"
+    assert [name for name, _ in program.named_predictors()] == ["program.rewrite", "program.answer"]
+
+
+def test_the_harness_answers_as_the_program_does_and_its_tool_calls_are_traced():
+    program = as_harness(LookupQA(lookup, notes=1))
+    assert program.with_lm(scripted())(question="What is the capital of France?").answer == "Paris"
+    report, rollouts = evaluate(program, questions(2), metric=exact, lm=scripted(), k=2, threads=2)
+    assert report.mean_at_k == 1.0
+    calls = rollouts[0].tool_calls
+    assert [c.name for c in calls] == ["lookup"] and calls[0].args == {"arg0": "capital france", "arg1": 1}
+    assert len(rollouts[0].lm_calls) == 2
+
+
+def test_state_an_optimizer_left_on_the_program_is_carried_into_its_source():
+    student = LookupQA(lookup)
+    student.answer.demos = [dspy.Example(notes="- n", question="q?", answer="a")]
+    student.rewrite.signature = student.rewrite.signature.with_instructions("Only keywords.")
+    program = as_harness(student)
+    assert f"program.load_state({STATE_NAME})" in program.source.code
+    template = dict(program.named_predictors())
+    assert template["program.answer"].demos[0]["answer"] == "a"
+    assert template["program.rewrite"].signature.instructions == "Only keywords."
+    assert "program.load_state" not in as_harness(LookupQA(lookup)).source.code
+
+
+def test_a_harness_program_is_its_own_harness():
+    program = HarnessProgram(
+        HarnessSource("h0", "def build(signature, tools):\n    pass\n").vouched(), dspy.Signature("q -> a")
+    )
+    assert as_harness(program) is program
+
+
+def test_programs_that_cannot_be_rebuilt_are_refused_with_what_to_do():
+    with pytest.raises(ConfigError, match="cannot be replayed.*self._tool|keep it as `self.lookup"):
+        as_harness(HiddenArgument(lookup))
+    with pytest.raises(ConfigError, match="object, which cannot be handed to a candidate"):
+        as_harness(HoldsAClient(object()))
+    namespace: dict = {}
+    exec(
+        "import dspy\nclass Typed(dspy.Module):\n    def __init__(self):\n        super().__init__()\n",
+        namespace,
+    )
+    with pytest.raises(ConfigError, match="cannot find the source|top-level class"):
+        as_harness(namespace["Typed"]())
+    with pytest.raises(ConfigError, match="a student is a dspy.Module"):
+        as_harness(lambda question: question)
+
+
+def test_a_metric_with_the_wrong_shape_is_refused():
+    check_metric(exact)
+    with pytest.raises(ConfigError, match=r"\(example, prediction, trace=None\)"):
+        check_metric(lambda prediction: 1.0)
