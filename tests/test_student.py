@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dspy
 import pytest
-from user_programs import HiddenArgument, HoldsAClient, LookupQA
+from user_programs import HiddenArgument, HoldsAClient, LookupQA, ReasonsOnRequest
 
 from whale_dspy.errors import ConfigError
 from whale_dspy.evaluation import evaluate
@@ -82,6 +82,9 @@ def test_a_harness_program_is_its_own_harness():
 def test_programs_that_cannot_be_rebuilt_are_refused_with_what_to_do():
     with pytest.raises(ConfigError, match="cannot be replayed.*self._tool|keep it as `self.lookup"):
         as_harness(HiddenArgument(lookup))
+    assert as_harness(ReasonsOnRequest()).named_predictors()  # the default it replays is the one used
+    with pytest.raises(ConfigError, match="gives predictors .*'answer'.*not .*'answer.predict'"):
+        as_harness(ReasonsOnRequest(reason=True))
     with pytest.raises(ConfigError, match="object, which cannot be handed to a candidate"):
         as_harness(HoldsAClient(object()))
     namespace: dict = {}

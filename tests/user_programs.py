@@ -56,6 +56,14 @@ class HiddenArgument(dspy.Module):
         self.answer = dspy.Predict(AnswerFromNotes)
 
 
+class ReasonsOnRequest(dspy.Module):
+    """A default argument it does not keep: replaying the default would build another program."""
+
+    def __init__(self, reason: bool = False):
+        super().__init__()
+        self.answer = dspy.ChainOfThought(AnswerFromNotes) if reason else dspy.Predict(AnswerFromNotes)
+
+
 class HoldsAClient(dspy.Module):
     """Holds an object that is neither data nor callable (an API client, say)."""
 
@@ -69,3 +77,22 @@ def load_user_data(path: str) -> list[dict]:
     """The user's own data loading: nothing the harness needs, so not in its source."""
     with open(path) as handle:
         return json.load(handle)
+
+
+class RepeatWord(dspy.Signature):
+    """Repeat the given word exactly."""
+
+    word: str = dspy.InputField()
+    answer: str = dspy.OutputField()
+
+
+class EchoAgent(dspy.Module):
+    """Asks for the word back and tidies the reply with the function it holds."""
+
+    def __init__(self, tidy):
+        super().__init__()
+        self.tidy = tidy
+        self.repeat = dspy.Predict(RepeatWord)
+
+    def forward(self, word: str) -> dspy.Prediction:
+        return dspy.Prediction(answer=self.tidy(self.repeat(word=word).answer))
