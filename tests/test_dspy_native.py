@@ -161,6 +161,26 @@ def test_better_together_runs_bootstrap_few_shot_and_our_weight_phase(tmp_path):
     assert result(question="What is the capital of France?").answer == "Paris"
 
 
+def test_better_together_composes_gepa_with_our_weight_phase(tmp_path):
+    def metric(gold, pred, trace=None, pred_name=None, pred_trace=None):  # GEPA's feedback-metric shape
+        return exact(gold, pred)
+
+    backend, trainer = server(), FakeTrainer()
+    reflection = ScriptedLM({"": '{"new_instruction": "Answer with one word from the notes."}'})
+    student = LookupQA(lookup, notes=1)
+    student.set_lm(backend.lm())
+    gepa = dspy.GEPA(
+        metric=metric, max_metric_calls=12, reflection_lm=reflection, reflection_minibatch_size=2
+    )
+    result = dspy.BetterTogether(metric=metric, p=gepa, w=rft(backend, tmp_path, trainer)).compile(
+        student, trainset=questions(4), valset_ratio=0.0, strategy="p -> w"
+    )
+    [call] = trainer.calls
+    assert not result.flag_compilation_error_occurred
+    assert {p.lm.model for p in result.predictors()} == {call.name}
+    assert result(question="What is the capital of France?").answer == "Paris"
+
+
 def test_the_result_is_an_ordinary_dspy_program(tmp_path):
     backend = server()
     result = rft(backend, tmp_path).compile(LookupQA(lookup, notes=1), trainset=questions(2))
