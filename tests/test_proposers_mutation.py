@@ -15,20 +15,27 @@ from meta_harness_helpers import BROKEN, GOOD, QA, TOY, archive_with, exact, lm,
 from optimizers.harness_validation import check_imports, prompt_only_violation
 from optimizers.meta_harness import MetaHarness, MetaHarnessConfig
 from optimizers.proposers import EDITS, MutationProposer, set_output_adapter
-from optimizers.proposers.edits import EDITS_BY_NAME
+from optimizers.proposers.edits import EDITS_BY_NAME, FEW_SHOT_HYPOTHESIS
 from whale_dspy.harness import HarnessProgram, HarnessSource, load_build
 from whale_dspy.rollouts import run_rollout
 from whale_dspy.testing.scripted_lm import ScriptedLM
 
 SEEDS = Path(__file__).parent.parent / "harness_programs"
 SEED_TOOLS = {"search": lambda query, k=1: "[t] text", "observe_board": lambda: "board", "play_move": str}
+EVERYWHERE = {
+    "chain_of_thought",
+    "majority_vote",
+    "verify_retry",
+    "answer_fallback",
+    "instructions",
+    "constrained_decoding_on",
+    "greedy_decoding",
+    "more_tokens",
+}
 APPLIES = {
-    "math_h0": {"chain_of_thought", "majority_vote", "verify_retry", "answer_fallback", "instructions",
-                "constrained_decoding_on"},
-    "search_h0": {"chain_of_thought", "majority_vote", "verify_retry", "answer_fallback", "instructions",
-                  "constrained_decoding_on", "more_passages"},
-    "chess_h0": {"chain_of_thought", "majority_vote", "verify_retry", "answer_fallback", "instructions",
-                 "constrained_decoding_on", "more_turns", "fewer_turns"},
+    "math_h0": EVERYWHERE,
+    "search_h0": EVERYWHERE | {"more_passages", "second_hop", "rewrite_query"},
+    "chess_h0": EVERYWHERE | {"more_turns", "fewer_turns"},
 }  # fmt: skip
 
 
@@ -144,7 +151,11 @@ def test_mutation_proposer_is_seeded_and_picks_parents_from_the_best(tmp_path):
     assert [s.code for s in first] == [s.code for s in MutationProposer(seed=1).propose(archive, 3)]
     assert len({s.digest for s in first}) == 3
     assert {s.parent for s in first} <= {m.name for m in archive.best(3)}
-    assert all(s.hypothesis == EDITS_BY_NAME[s.name.split("-", 1)[1]].hypothesis for s in first)
+    hypotheses = {
+        **{name: edit.hypothesis for name, edit in EDITS_BY_NAME.items()},
+        "few_shot": FEW_SHOT_HYPOTHESIS,
+    }
+    assert all(s.hypothesis == hypotheses[s.name.split("-", 1)[1]] for s in first)
     others = [MutationProposer(seed=seed).propose(archive, 3) for seed in range(2, 6)]
     assert any([s.code for s in batch] != [s.code for s in first] for batch in others)
 

@@ -4,7 +4,9 @@ They are real Python here so they are linted and unit-tested; the mutation
 proposer copies a block's source (`inspect.getsource`) into the candidate, which
 must stay a standalone file. Each wrapper takes the program `build` made and
 runs it under one new mechanism. Blocks read their knob (VOTES, RETRIES,
-OUTPUT_ADAPTER) as a module-level constant of the harness they are copied into.
+OUTPUT_ADAPTER, TEMPERATURE, MAX_TOKENS, DEMOS) as a module-level constant of the harness they are
+copied into. Tool blocks (`second_hop`, `rewritten_queries`) change what a tool does before the
+harness gets it.
 """
 
 from __future__ import annotations
@@ -22,31 +24,118 @@ RETRIES = 2
 OUTPUT_ADAPTER = "json"
 """'json': dspy.JSONAdapter (vLLM constrains output to the signature's JSON schema); 'chat': ChatAdapter."""
 
+TEMPERATURE: float | None = 0.0
+"""The harness's own sampling temperature (None: the run's)."""
+MAX_TOKENS: int | None = None
+"""The harness's own completion budget per LM call (None: the run's; the sandbox caps it)."""
+DEMOS: list[dict[str, Any]] = []
+"""Worked examples (one predictor call's input and output fields) from accepted search rollouts."""
+
 VALIDATOR_WORDS = ("verify", "check", "validate")
 REJECTION_WORDS = ("invalid", "illegal", "error", "false", "incorrect")
 
 
+def run_with(inner: dspy.Module, inputs: dict[str, Any], **settings: Any) -> dspy.Prediction:
+    """Run `inner` on a copy of the rollout's LM with `settings` changed.
+
+    The copy's LM calls go back into the rollout LM's history, which is the trace
+    the optimizer records and trains on, with the settings they were made under.
+    """
+    lm = dspy.settings.lm
+    own = lm.copy(**settings)
+    try:
+        with dspy.context(lm=own):
+            return inner(**inputs)
+    finally:
+        for entry in own.history:
+            entry["kwargs"] = {**(entry.get("kwargs") or {}), **settings}
+        lm.history.extend(own.history)
+
+
 def run_sample(inner: dspy.Module, inputs: dict[str, Any], index: int) -> dspy.Prediction:
     """Run `inner` once under a distinct rollout id and seed, so neither DSPy's cache nor a
-    seeded server sampler can repeat a sample.
-
-    The sample's LM calls are copied into the rollout LM's history, which is the
-    trace the optimizer records and trains on.
-    """
+    seeded server sampler can repeat a sample."""
     lm = dspy.settings.lm
     if index == 0:
         return inner(**inputs)
     distinct = {"rollout_id": (lm.kwargs.get("rollout_id") or 0) * 1009 + index}
     if lm.kwargs.get("seed") is not None:  # same seed, same prompt: the server draws the same sample
         distinct["seed"] = (lm.kwargs["seed"] * 1009 + index) % 2**31
-    sample_lm = lm.copy(**distinct)
-    try:
-        with dspy.context(lm=sample_lm):
-            return inner(**inputs)
-    finally:
-        for entry in sample_lm.history:  # the trace records the sample's own id and seed
-            entry["kwargs"] = {**(entry.get("kwargs") or {}), **distinct}
-        lm.history.extend(sample_lm.history)
+    return run_with(inner, inputs, **distinct)
+
+
+class WithSampling(dspy.Module):
+    """Run the harness under its own sampling: TEMPERATURE and MAX_TOKENS (None keeps the run's)."""
+
+    def __init__(self, inner: dspy.Module) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, **inputs: Any) -> dspy.Prediction:
+        settings = {"temperature": TEMPERATURE, "max_tokens": MAX_TOKENS}
+        return run_with(self.inner, inputs, **{k: v for k, v in settings.items() if v is not None})
+
+
+class WithDemos(dspy.Module):
+    """Show each predictor the DEMOS its fields can hold (DSPy few-shot), never one of the task at hand
+    (a demo drawn from a search task would hand that task its own answer)."""
+
+    def __init__(self, inner: dspy.Module) -> None:
+        super().__init__()
+        self.inner = inner
+        set_demos(inner, {})
+
+    def forward(self, **inputs: Any) -> dspy.Prediction:
+        if not any(own_task(demo, inputs) for demo in DEMOS):
+            return self.inner(**inputs)
+        program = self.inner.deepcopy()
+        set_demos(program, inputs)
+        return program(**inputs)
+
+
+def own_task(demo: dict[str, Any], inputs: dict[str, Any]) -> bool:
+    return any(key in demo and demo[key] == value for key, value in inputs.items())
+
+
+def set_demos(program: dspy.Module, inputs: dict[str, Any]) -> None:
+    for _, predictor in program.named_predictors():
+        fields = set(predictor.signature.fields)
+        predictor.demos = [
+            dspy.Example(**demo) for demo in DEMOS if set(demo) <= fields and not own_task(demo, inputs)
+        ]
+
+
+def second_hop(tools: dict[str, Any]) -> dict[str, Any]:
+    """`search` searching twice: the query, then the query with the first hit's title (a bridge)."""
+    search = tools.get("search")
+    if search is None:
+        return tools
+
+    def search_twice(query: str, k: int = 1) -> str:
+        """Search the passage collection twice (the query, then it with the first hit's title)."""
+        first = str(search(query=query, k=k))
+        title = re.match(r"\[([^\]]+)\]", first)
+        if title is None:
+            return first
+        second = str(search(query=f"{query} {title.group(1)}", k=k))
+        return first if second == first else f"{first}\n\n{second}"
+
+    return {**tools, "search": search_twice}
+
+
+def rewritten_queries(tools: dict[str, Any]) -> dict[str, Any]:
+    """`search` asking the LM for a keyword query first, and searching with that."""
+    search = tools.get("search")
+    if search is None:
+        return tools
+    rewrite = dspy.Predict("question -> keywords")
+
+    def search_rewritten(query: str, k: int = 1) -> str:
+        """Search the passage collection with a keyword query the LM writes for the question."""
+        keywords = str(rewrite(question=query).keywords or "").strip()
+        return str(search(query=keywords or query, k=k))
+
+    return {**tools, "search": search_rewritten}
 
 
 class MajorityVote(dspy.Module):

@@ -25,6 +25,12 @@ A harness is ONE standalone Python module that defines `build(signature, tools) 
 is a dict name -> plain Python callable for this task. Knobs are module-level constants.
 Rules: import only these top-level modules: {imports}. Keep `build(signature, tools)`.
 Add exactly ONE new mechanism relative to the parent and state it as a testable hypothesis.
+Mechanisms within reach: reasoning (dspy.ChainOfThought); the harness's own sampling
+(`dspy.Predict(signature, temperature=0.0, max_tokens=256)`; the sandbox caps max_tokens); few-shot
+demos (`predictor.demos = [dspy.Example(field=value, ...)]` copied from successful traces below; a
+task must never see its own demo); retrieval (a keyword query written for the search tool, a second
+search with a title the first hit names, more passages); constrained output (dspy.JSONAdapter);
+majority votes, verify-and-retry, reading the answer off a raw completion.
 Write complete, runnable code: no placeholders, no ellipses."""
 
 PROMPT_ONLY = """PROMPT-ONLY MODE: change nothing but prompt text (string constants, docstrings, instructions,

@@ -89,6 +89,21 @@ def set_constant(code: str, name: str, value: object) -> str | None:
     return _replace(code, node, literal(value))
 
 
+def set_constant_value(code: str, name: str, value: object) -> str | None:
+    """Like `set_constant`, for a constant of any literal value (a list of dicts, say)."""
+    for node in ast.parse(code).body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == name for t in node.targets
+        ):
+            try:
+                if ast.literal_eval(node.value) == value:
+                    return None
+            except ValueError:
+                pass
+            return _replace(code, node.value, literal(value))
+    return None
+
+
 def _top_level_names(tree: ast.Module) -> set[str]:
     names = {n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.ClassDef)}
     for node in tree.body:
@@ -127,7 +142,8 @@ def wrap_build(
 ) -> str:
     """Rename `build`, append the block (its parts and knobs) and a new `build` that wraps the old one.
 
-    `call` is the wrapper expression with `{inner}` for the old build's result.
+    `call` is the wrapper expression with `{inner}` for the old build's result (or `{build}` for the
+    old build itself, to call it on changed tools).
     """
     code = _ensure_imports(code, parts)
     tree = ast.parse(code)
@@ -139,7 +155,7 @@ def wrap_build(
     knobs = [f"{name} = {literal(value)}" for name, value in constants.items() if name not in present]
     pieces = ["\n".join([f"# Added by the mutation proposer ({edit}).", *knobs])]
     pieces += [inspect.getsource(part).rstrip() for part in parts if part.__name__ not in present]
-    wrapper = call.format(inner=f"{inner}(signature, tools)")
+    wrapper = call.format(inner=f"{inner}(signature, tools)", build=inner)
     pieces.append(f"def {BUILD_FUNCTION}(signature, tools):\n    return {wrapper}")
     return "".join(lines).rstrip() + "\n\n\n" + "\n\n\n".join(pieces) + "\n"
 
@@ -195,6 +211,54 @@ def _wrapper(name: str, parts: tuple[object, ...], constants: dict[str, object],
     return edit
 
 
+def own_sampling(knob: str, value: Callable[[object], object], *, add: bool = True) -> EditFn:
+    """Set the harness's own TEMPERATURE or MAX_TOKENS (adding the sampling block on first use,
+    unless `add` is False: an edit back towards the run's own setting)."""
+
+    def edit(code: str, rng: random.Random) -> str | None:
+        if not _defines(code, blocks.WithSampling.__name__):
+            if not add:
+                return None
+            knobs = {"TEMPERATURE": None, "MAX_TOKENS": None, knob: value(None)}
+            return wrap_build(
+                code, "own_sampling", (blocks.run_with, blocks.WithSampling), knobs, "WithSampling({inner})"
+            )
+        node = module_constant(code, knob)
+        return set_constant(code, knob, value(node.value)) if node is not None else None
+
+    return edit
+
+
+def _retrieval(name: str, block: Callable[..., object]) -> EditFn:
+    """Wrap the harness's `search` tool in a retrieval block, where it has one."""
+
+    def edit(code: str, rng: random.Random) -> str | None:
+        if not SEARCH_TOOL.search(code) or _defines(code, block.__name__):
+            return None
+        return wrap_build(code, name, (block,), {}, f"{{build}}(signature, {block.__name__}(tools))")
+
+    return edit
+
+
+SEARCH_TOOL = re.compile(r"""tools\[\s*["']search["']\s*\]""")
+
+
+def few_shot(code: str, demos: list[dict[str, object]]) -> str | None:
+    """Put `demos` into the harness's predictors (adding the few-shot block on first use)."""
+    if not demos:
+        return None
+    if _defines(code, blocks.WithDemos.__name__):
+        return set_constant_value(code, "DEMOS", demos)
+    parts = (blocks.own_task, blocks.set_demos, blocks.WithDemos)
+    return wrap_build(code, "few_shot", parts, {"DEMOS": demos}, "WithDemos({inner})")
+
+
+FEW_SHOT_HYPOTHESIS = (
+    "Worked examples from the harness's own verified successes (DSPy few-shot demos) show the model "
+    "the task's format and reasoning."
+)
+
+
 def set_output_adapter(code: str, adapter: str) -> str | None:
     """Switch the harness to 'json' (constrained decoding on vLLM) or 'chat' output; None if it already is."""
     if adapter not in ("json", "chat"):
@@ -219,7 +283,7 @@ EDITS: tuple[Edit, ...] = (
         "Sampling several answers and voting removes unlucky samples (self-consistency).",
         _wrapper(
             "majority_vote",
-            (blocks.run_sample, blocks.MajorityVote),
+            (blocks.run_with, blocks.run_sample, blocks.MajorityVote),
             {"VOTES": blocks.VOTES},
             "MajorityVote({inner}, signature)",
         ),
@@ -229,7 +293,7 @@ EDITS: tuple[Edit, ...] = (
         "Checking the answer (with a validator tool if any) and retrying fixes empty or rejected answers.",
         _wrapper(
             "verify_retry",
-            (blocks.run_sample, blocks.VerifyAndRetry),
+            (blocks.run_with, blocks.run_sample, blocks.VerifyAndRetry),
             {
                 "RETRIES": blocks.RETRIES,
                 "VALIDATOR_WORDS": blocks.VALIDATOR_WORDS,
@@ -273,6 +337,31 @@ EDITS: tuple[Edit, ...] = (
         "constrained_decoding_on",
         "JSON output constrained to the signature's schema removes parse failures.",
         lambda code, rng: set_output_adapter(code, "json"),
+    ),
+    Edit(
+        "greedy_decoding",
+        "Greedy decoding (temperature 0, the harness's own setting) stops unlucky samples.",
+        own_sampling("TEMPERATURE", lambda current: 0.0),
+    ),
+    Edit(
+        "sampled_decoding",
+        "Sampling at temperature 1 (the harness's own setting) explores answers greedy decoding misses.",
+        own_sampling("TEMPERATURE", lambda current: 1.0, add=False),
+    ),
+    Edit(
+        "more_tokens",
+        "A larger completion budget (MAX_TOKENS, the harness's own) stops truncated answers.",
+        own_sampling("MAX_TOKENS", lambda current: 512 if not isinstance(current, int) else 2 * current),
+    ),
+    Edit(
+        "second_hop",
+        "Searching again with the first hit's title finds the bridge passage a multi-hop question needs.",
+        _retrieval("second_hop", blocks.second_hop),
+    ),
+    Edit(
+        "rewrite_query",
+        "A keyword query written for the search engine retrieves better passages than the raw question.",
+        _retrieval("rewrite_query", blocks.rewritten_queries),
     ),
     Edit(
         "constrained_decoding_off",

@@ -1,7 +1,9 @@
 """MutationProposer: structural edits from a fixed catalogue, no LM needed.
 
 It picks a parent among the archive's best (seeded by the archive's size, so
-a resumed search draws the same edits) and applies one applicable edit. With
+a resumed search draws the same edits) and applies one applicable edit: one
+from the catalogue, or few-shot demos drawn from that parent's own accepted
+search rollouts. With
 no API key this is the search that runs, and it is the random-search baseline
 that LM proposers must beat. In prompt-only mode it uses only prompt edits.
 """
@@ -12,7 +14,8 @@ import logging
 import random
 
 from optimizers.archive import HarnessArchive
-from optimizers.proposers.edits import EDITS, Edit
+from optimizers.proposers.demos import demos_from
+from optimizers.proposers.edits import EDITS, FEW_SHOT_HYPOTHESIS, Edit, few_shot
 from whale_dspy.errors import ConfigError
 from whale_dspy.harness import HarnessSource
 from whale_dspy.seeding import derive_seed
@@ -37,6 +40,7 @@ class MutationProposer:
             raise ConfigError(f"parents must be >= 1, got {parents}")
         self.seed = seed
         self.parents = parents
+        self.prompt_only = prompt_only
         self.edits = tuple(edit for edit in edits if edit.prompt_only or not prompt_only)
         if not self.edits:
             raise ConfigError("no edit left: prompt-only mode needs at least one prompt edit")
@@ -47,12 +51,14 @@ class MutationProposer:
         """Up to k new sources, each one edit away from one of the best candidates."""
         rng = random.Random(derive_seed("mutation", self.seed, len(archive)))
         parents = [archive.source(meta.name) for meta in archive.parents(self.parents)]
+        edits = {parent.name: (*self.edits, *self._from_traces(archive, parent.name)) for parent in parents}
         seen = {meta.digest for meta in archive.candidates}
         out: list[HarnessSource] = []
         for _ in range(k * ATTEMPTS_PER_CANDIDATE):
             if len(out) == k or not parents:
                 break
-            parent, edit = rng.choice(parents), rng.choice(self.edits)
+            parent = rng.choice(parents)
+            edit = rng.choice(edits[parent.name])
             code = edit.apply(parent.code, rng)
             if code is None:
                 continue
@@ -65,3 +71,13 @@ class MutationProposer:
         if len(out) < k:
             log.info("mutation: %d of %d candidates (no other edit applies to the best parents)", len(out), k)
         return out
+
+    def _from_traces(self, archive: HarnessArchive, parent: str) -> tuple[Edit, ...]:
+        """Edits drawn from the parent's own search rollouts: few-shot demos of its accepted calls."""
+        if self.prompt_only:
+            return ()
+        rng = random.Random(derive_seed("demos", self.seed, len(archive), parent))
+        demos = demos_from(archive.traces(parent), rng)
+        if not demos:
+            return ()
+        return (Edit("few_shot", FEW_SHOT_HYPOTHESIS, lambda code, _rng: few_shot(code, demos)),)

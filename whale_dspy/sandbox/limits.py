@@ -49,6 +49,8 @@ class SandboxLimits:
     load the candidate. static_check: run the syntax-tree check before spawning (the runtime guard
     and the OS limits apply either way). isolate_network / drop_privileges: the OS-enforced parts
     that need root (or user namespaces); skipped with a log line where unavailable.
+    max_tokens: the ceiling on the completion tokens one LM call of a candidate may ask for (a
+    harness owns its budget up to here; the parent lowers a larger request to it).
     """
 
     task_seconds: float = 600.0
@@ -65,6 +67,7 @@ class SandboxLimits:
     static_check: bool = True
     isolate_network: bool = True
     drop_privileges: bool = True
+    max_tokens: int = 2048
 
     def __post_init__(self) -> None:
         numbers = {
@@ -78,6 +81,7 @@ class SandboxLimits:
             "startup_seconds": self.startup_seconds,
             "startup_cpu_seconds": self.startup_cpu_seconds,
             "rollout_cpu_seconds": self.rollout_cpu_seconds,
+            "max_tokens": self.max_tokens,
         }
         bad = {name: value for name, value in numbers.items() if value <= 0}
         if bad:

@@ -266,12 +266,14 @@ class CandidateSession:
             reply = {"error": {"type": type(error).__name__, "message": str(error)}}
         self._send({"type": "reply", "id": request.get("id"), **reply})
 
-    @staticmethod
-    def _lm_call(lm: dspy.BaseLM, request: dict[str, Any]) -> Any:
+    def _lm_call(self, lm: dspy.BaseLM, request: dict[str, Any]) -> Any:
         messages = request.get("messages")
         if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
             raise ValueError("messages must be a list of objects")
         kwargs = sampling_kwargs(request.get("kwargs") if isinstance(request.get("kwargs"), dict) else {})
+        for budget in ("max_tokens", "max_completion_tokens"):  # the harness's own budget, capped
+            if isinstance(kwargs.get(budget), int):
+                kwargs[budget] = min(kwargs[budget], self.limits.max_tokens)
         with adapter_message_call(lm, messages):  # replays the child adapter's own call
             return to_jsonable(lm(messages=messages, **kwargs))
 

@@ -1,0 +1,67 @@
+"""Few-shot demonstrations from a harness's own verified successes, in DSPy's demo shape.
+
+A demo is one predictor call's fields: the inputs from the call's last user
+message and the outputs from its completion, read back from the adapter's
+`[[ ## field ## ]]` markers (or the JSON object JSONAdapter writes). They come
+only from rollouts the archive holds, which are search tasks (never the test
+split), and only from those the verifier accepted; the few-shot block keeps a
+task's own demo out of that task's prompt.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from whale_dspy.records import LMCall, Rollout
+
+FIELD = re.compile(r"\[\[ ## (\w+) ## \]\]\n(.*?)(?=\n*\[\[ ## \w+ ## \]\]|\Z)", re.S)
+INSTRUCTION_TAIL = re.compile(
+    r"\n+\s*Respond with (?:the corresponding output fields|a JSON object).*\Z", re.S
+)
+MAX_FIELD_CHARS = 1500
+"""A longer field (a retrieved passage, say) is cut: a demo shows the format, not the whole text."""
+DEMO_TASKS = 3
+"""Tasks whose calls become demos."""
+
+
+def call_fields(call: LMCall) -> dict[str, str] | None:
+    """The call's input and output fields, or None when either side cannot be read."""
+    users = [m for m in call.messages if m.get("role") == "user"]
+    if not users:
+        return None
+    inputs = dict(FIELD.findall(INSTRUCTION_TAIL.sub("", str(users[-1].get("content", "")))))
+    outputs = dict(FIELD.findall(call.completion)) or _json_object(call.completion)
+    outputs.pop("completed", None)
+    if not inputs or not outputs or set(inputs) & set(outputs):
+        return None
+    return {name: value.strip()[:MAX_FIELD_CHARS] for name, value in {**inputs, **outputs}.items()}
+
+
+def _json_object(text: str) -> dict[str, str]:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {}
+    return (
+        {str(k): v if isinstance(v, str) else json.dumps(v) for k, v in value.items()}
+        if isinstance(value, dict)
+        else {}
+    )
+
+
+def demos_from(
+    rollouts: Sequence[Rollout], rng: random.Random, tasks: int = DEMO_TASKS
+) -> list[dict[str, Any]]:
+    """The parsed calls of accepted rollouts (score 1, no error) of up to `tasks` distinct tasks."""
+    by_task: dict[str, list[dict[str, str]]] = {}
+    for rollout in sorted(rollouts, key=lambda r: (r.task_id, r.sample)):
+        if rollout.error is None and rollout.score >= 1.0 and rollout.task_id not in by_task:
+            fields = [f for call in rollout.lm_calls if call.parsed and (f := call_fields(call)) is not None]
+            if fields:
+                by_task[rollout.task_id] = fields
+    chosen = sorted(rng.sample(sorted(by_task), min(tasks, len(by_task))))
+    return [demo for task in chosen for demo in by_task[task]]

@@ -1,0 +1,148 @@
+"""The harness changes issue 21 adds: few-shot demos from the harness's own accepted rollouts, the
+harness's own sampling (capped by the sandbox), and retrieval tool blocks for search QA."""
+
+from __future__ import annotations
+
+import json
+import random
+
+from meta_harness_helpers import GOOD, QA, archive_with, exact, tasks
+from sandbox_helpers import TEST_LIMITS
+
+from optimizers.proposers import MutationProposer
+from optimizers.proposers.demos import call_fields, demos_from
+from optimizers.proposers.edits import EDITS_BY_NAME, few_shot
+from whale_dspy.evaluation import evaluate
+from whale_dspy.harness import HarnessProgram, HarnessSource
+from whale_dspy.records import LMCall, Rollout
+from whale_dspy.rollouts import run_rollout
+from whale_dspy.sandbox import SandboxedEvaluator
+from whale_dspy.testing import ScriptedLM
+
+SEARCH = """
+import dspy
+
+
+class Lookup(dspy.Module):
+    def __init__(self, search):
+        super().__init__()
+        self.search = search
+        self.answer = dspy.Predict("passages, question -> answer")
+
+    def forward(self, question):
+        return self.answer(passages=self.search(query=question, k=1), question=question)
+
+
+def build(signature, tools):
+    return Lookup(tools["search"])
+"""
+
+
+def chat_call(user: str, completion: str, parsed: bool = True) -> LMCall:
+    messages = ({"role": "system", "content": "Your input fields are ..."}, {"role": "user", "content": user})
+    return LMCall(messages=messages, completion=completion, model="m", parsed=parsed)
+
+
+def rollout(task: str, score: float, *calls: LMCall) -> Rollout:
+    return Rollout(task, 0, 1, "h", None, {"question": task}, {"answer": "4"}, score, None, calls)
+
+
+USER = (
+    "[[ ## question ## ]]\nWhat is 2+2? #0\n\nRespond with the corresponding output fields, starting with "
+    "the field `[[ ## answer ## ]]`, and then ending with the marker for `[[ ## completed ## ]]`."
+)
+
+
+def test_demos_are_the_fields_of_accepted_calls_only():
+    good = chat_call(USER, "[[ ## answer ## ]]\n4\n\n[[ ## completed ## ]]")
+    assert call_fields(good) == {"question": "What is 2+2? #0", "answer": "4"}
+    as_json = chat_call(USER.replace("#0", "#1"), '{"answer": "4"}')
+    assert call_fields(as_json) == {"question": "What is 2+2? #1", "answer": "4"}
+    assert call_fields(chat_call(USER, "no markers here")) is None
+    rollouts = [
+        rollout("t0", 1.0, good),
+        rollout("t1", 1.0, as_json),
+        rollout("t2", 0.0, chat_call(USER.replace("#0", "#2"), "[[ ## answer ## ]]\n5")),  # rejected
+        rollout("t3", 1.0, chat_call(USER.replace("#0", "#3"), "[[ ## answer ## ]]\n4", parsed=False)),
+    ]
+    demos = demos_from(rollouts, random.Random(0), tasks=5)
+    assert [d["question"] for d in demos] == ["What is 2+2? #0", "What is 2+2? #1"]
+
+
+def test_mutation_proposes_few_shot_demos_from_the_parents_own_successes(tmp_path):
+    archive = archive_with(tmp_path / "archive", h0=GOOD)
+    proposer = MutationProposer(seed=0)
+    shots = next(
+        s
+        for seed in range(40)
+        for s in MutationProposer(seed=seed).propose(archive, 3)
+        if "few_shot" in s.name
+    )
+    assert proposer.label == "mutation" and "class WithDemos" in shots.code and "What is 2+2?" in shots.code
+    program = HarnessProgram(shots.vouched(), QA)
+    lm = ScriptedLM({"": {"answer": "4"}})
+    seen = run_rollout(program, tasks(8)[7], lm=lm, metric=exact, sample=0, rollout_id=1)
+    prompt = json.dumps(seen.lm_calls[0].messages)
+    assert seen.score == 1.0 and prompt.count("What is 2+2? #") == 1 + len(demo_questions(shots.code))
+    own = next(t for t in tasks(4) if t.question in demo_questions(shots.code))
+    mine = run_rollout(program, own, lm=lm, metric=exact, sample=0, rollout_id=1)
+    shown = json.dumps(mine.lm_calls[0].messages)
+    assert shown.count(own.question) == 1  # a task never sees its own demo
+    assert few_shot(shots.code, []) is None
+
+
+def demo_questions(code: str) -> set[str]:
+    namespace: dict = {}
+    exec(code.split("# Added by the mutation proposer (few_shot).")[1].split("\n\n\n")[0], namespace)
+    return {demo["question"] for demo in namespace["DEMOS"]}
+
+
+def test_the_harness_owns_its_sampling_up_to_the_sandbox_ceiling():
+    greedy = EDITS_BY_NAME["greedy_decoding"].apply(GOOD, random.Random(0))
+    longer = EDITS_BY_NAME["more_tokens"].apply(greedy, random.Random(0))
+    assert "TEMPERATURE = 0.0" in longer and "MAX_TOKENS = 512" in longer
+    huge = longer.replace("MAX_TOKENS = 512", "MAX_TOKENS = 100000")
+    lm = ScriptedLM({"": {"answer": "4"}})
+    program = HarnessProgram(HarnessSource("huge", huge), QA)
+    _, contained = SandboxedEvaluator(TEST_LIMITS).evaluate(
+        program, tasks(2), metric=exact, lm=lm.copy(temperature=1.0, max_tokens=64), k=1, namespace="s"
+    )
+    _, here = evaluate(
+        program.vouched(),
+        tasks(2),
+        metric=exact,
+        lm=lm.copy(temperature=1.0, max_tokens=64),
+        k=1,
+        namespace="s",
+    )
+    for rollout in contained:
+        assert rollout.lm_calls[0].sampling["temperature"] == 0.0
+        assert rollout.lm_calls[0].sampling["max_tokens"] == TEST_LIMITS.max_tokens  # capped by the parent
+    assert [r.lm_calls[0].sampling["max_tokens"] for r in here] == [100000, 100000]  # vouched code: its own
+    assert EDITS_BY_NAME["sampled_decoding"].apply(GOOD, random.Random(0)) is None  # nothing to undo
+
+
+def test_retrieval_blocks_search_twice_or_with_a_rewritten_query():
+    queries: list[str] = []
+
+    def search(query: str, k: int = 1) -> str:
+        """Search."""
+        queries.append(query)
+        return "[Bridge Page] text" if len(queries) == 1 else "[Answer Page] more"
+
+    second = EDITS_BY_NAME["second_hop"].apply(SEARCH, random.Random(0))
+    program = HarnessProgram(HarnessSource("hop", second).vouched(), QA, lambda ex: {"search": search})
+    done = run_rollout(
+        program, tasks(1)[0], lm=ScriptedLM({"": {"answer": "4"}}), metric=exact, sample=0, rollout_id=1
+    )
+    assert queries == ["What is 2+2? #0", "What is 2+2? #0 Bridge Page"]
+    assert "[Answer Page]" in done.lm_calls[0].messages[-1]["content"]
+    assert EDITS_BY_NAME["second_hop"].apply(second, random.Random(0)) is None  # once is enough
+
+    queries.clear()
+    rewrite = EDITS_BY_NAME["rewrite_query"].apply(SEARCH, random.Random(0))
+    program = HarnessProgram(HarnessSource("rewrite", rewrite).vouched(), QA, lambda ex: {"search": search})
+    lm = ScriptedLM({"## passages ##": {"answer": "4"}, "## question ##": {"keywords": "two plus two"}})
+    done = run_rollout(program, tasks(1)[0], lm=lm, metric=exact, sample=0, rollout_id=1)
+    assert queries == ["two plus two"] and done.turns == 2 and done.score == 1.0
+    assert EDITS_BY_NAME["rewrite_query"].apply(GOOD, random.Random(0)) is None  # no search tool
