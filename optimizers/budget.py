@@ -18,6 +18,7 @@ from typing import Any
 
 from optimizers.signals import HarnessIteration, WeightStep
 from whale_dspy.errors import ConfigError
+from whale_dspy.records import add_tokens
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +56,8 @@ class Spend:
     eval_rollouts: int = 0
     evaluations: int = 0
     proposer_calls: int = 0
-    proposer_tokens: int = 0
+    proposer_tokens: int | None = 0
+    """None once any harness iteration's proposer tokens were unknown."""
     rollout_tokens: int = 0
     weight_seconds: float = 0.0
     harness_seconds: float = 0.0
@@ -77,7 +79,7 @@ class Spend:
             harness_rollouts=self.harness_rollouts + iteration.rollouts,
             harness_iterations=self.harness_iterations + 1,
             proposer_calls=self.proposer_calls + iteration.proposer_calls,
-            proposer_tokens=self.proposer_tokens + iteration.proposer_tokens,
+            proposer_tokens=add_tokens(self.proposer_tokens, iteration.proposer_tokens),
             harness_seconds=self.harness_seconds + iteration.seconds,
         )
 

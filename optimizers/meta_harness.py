@@ -20,6 +20,7 @@ the search goes on.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import time
@@ -54,7 +55,7 @@ from whale_dspy.evaluation import EvalReport
 from whale_dspy.harness import HarnessProgram, HarnessSource, rename
 from whale_dspy.jsonl import read_jsonl
 from whale_dspy.protocols import CandidateEvaluator, HarnessProposer
-from whale_dspy.records import Rollout
+from whale_dspy.records import Rollout, add_tokens
 from whale_dspy.sandbox import ALLOWED_IMPORTS, SandboxedEvaluator, SandboxLimits
 from whale_dspy.seeding import derive_seed
 from whale_dspy.student import as_harness, check_metric
@@ -143,7 +144,7 @@ class MetaHarness(Teleprompter):
             archive_dir=str(self.archive_dir),
             rollouts=sum(s.rollouts for s in history),
             proposer_calls=sum(s.proposer_calls for s in history),
-            proposer_tokens=sum(s.proposer_tokens for s in history),
+            proposer_tokens=functools.reduce(add_tokens, (s.proposer_tokens for s in history), 0),
             stopped=reason,
         )
         best.report = self.report
@@ -174,13 +175,13 @@ class MetaHarness(Teleprompter):
             yield self._signal_from_record(record), self._best_program(student, archive)
         for iteration in itertools.count(len(records)):
             started = time.perf_counter()
-            calls, tokens, failures = self._proposer_usage()
+            before = self.proposer.usage()
             sources, error = self._sources(archive, student.source, iteration)
             for source in sources:
                 self._add_candidate(archive, source, iteration, student, lm, tasks)
-            after_calls, after_tokens, after_failures = self._proposer_usage()
-            signal = self._signal(archive, iteration, after_calls - calls, after_tokens - tokens, started)
-            errors = [*after_failures[len(failures) :], *([error] if error else [])]
+            spent = self.proposer.usage().since(before)
+            signal = self._signal(archive, iteration, spent.calls, spent.tokens, started)
+            errors = [*spent.failures, *([error] if error else [])]
             archive.record_iteration({**signal.to_dict(), "proposer_errors": errors})
             yield signal, self._best_program(student, archive)
 
@@ -223,12 +224,6 @@ class MetaHarness(Teleprompter):
         except Exception as error:
             log.exception("iteration %d: the proposer failed; the iteration is empty", iteration)
             return [], f"{type(error).__name__}: {error}"
-
-    def _proposer_usage(self) -> tuple[int, int, list[str]]:
-        """Calls, tokens and recorded failures so far (proposers that keep no count report none)."""
-        proposer = self.proposer
-        failures = list(getattr(proposer, "failures", []))
-        return int(getattr(proposer, "calls", 0)), int(getattr(proposer, "tokens", 0)), failures
 
     # -- one candidate ----------------------------------------------------------------------
 

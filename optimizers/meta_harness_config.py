@@ -60,7 +60,8 @@ class MetaHarnessReport:
     archive_dir: str
     rollouts: int
     proposer_calls: int
-    proposer_tokens: int
+    proposer_tokens: int | None
+    """None: unknown (an external agent that reported no usage)."""
     stopped: str
 
     def to_dict(self) -> dict[str, Any]:

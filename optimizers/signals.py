@@ -46,7 +46,8 @@ class HarnessIteration:
     valid: int
     rollouts: int
     proposer_calls: int
-    proposer_tokens: int
+    proposer_tokens: int | None
+    """None: unknown (an external agent that reported no usage), never counted as 0."""
     seconds: float
 
     def to_dict(self) -> dict[str, Any]:

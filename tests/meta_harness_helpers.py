@@ -17,6 +17,7 @@ from optimizers.archive import HarnessArchive
 from optimizers.meta_harness import MetaHarness, MetaHarnessConfig
 from whale_dspy.evaluation import InProcessEvaluator
 from whale_dspy.harness import HarnessProgram, HarnessSource
+from whale_dspy.records import ProposerUsage
 from whale_dspy.testing.scripted_lm import ScriptedLM
 
 TOY = '''"""Toy harness: answer only the even-numbered questions."""
@@ -109,6 +110,9 @@ class ScriptedProposer:
         self.calls = 0
         self.tokens = 0
         self.asked: list[int] = []
+
+    def usage(self) -> ProposerUsage:
+        return ProposerUsage(self.calls, self.tokens)
 
     def propose(self, archive, k: int) -> list[HarnessSource]:
         self.calls += 1

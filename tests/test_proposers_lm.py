@@ -34,7 +34,7 @@ def test_lm_proposer_reads_code_and_raw_traces_and_strips_fences(archive):
     proposed = proposer.propose(archive, 2)
     assert [s.code for s in proposed] == [GOOD, GOOD]
     assert proposed[0].parent == "c0000" and proposed[0].hypothesis == "answer every question"
-    assert proposer.calls == 2 and proposer.tokens > 0 and not proposer.failures
+    assert proposer.usage().calls == 2 and proposer.usage().tokens > 0 and not proposer.usage().failures
 
 
 def test_lm_proposer_prompt_holds_the_full_trace_messages(archive):
@@ -47,8 +47,8 @@ def test_lm_proposer_prompt_holds_the_full_trace_messages(archive):
 def test_lm_proposer_retries_then_returns_fewer_and_records_why(archive):
     proposer = LMProposer(ScriptedLM([WRITE]), retries=2)  # one reply: the second candidate fails
     proposed = proposer.propose(archive, 2)
-    assert len(proposed) == 1 and proposer.calls == 1 + 3
-    assert len(proposer.failures) == 1 and "no scripted reply" in proposer.failures[0]
+    assert len(proposed) == 1 and proposer.usage().calls == 1 + 3
+    assert len(proposer.usage().failures) == 1 and "no scripted reply" in proposer.usage().failures[0]
 
 
 def test_an_lm_that_always_fails_gives_empty_iterations(tmp_path):
@@ -94,7 +94,7 @@ def test_agentic_proposer_reads_before_writing(archive):
     proposer = AgenticProposer(scripted)
     proposed = proposer.propose(archive, 1)
     assert [s.code for s in proposed] == [GOOD]
-    assert proposer.calls == 1 and proposer.tokens > 0 and not proposer.failures
+    assert proposer.usage().calls == 1 and proposer.usage().tokens > 0 and not proposer.usage().failures
 
 
 def test_command_proposer_works_in_a_copy_and_collects_new_files(archive):
@@ -108,12 +108,47 @@ def test_command_proposer_works_in_a_copy_and_collects_new_files(archive):
     assert "unsure" in proposed[0].code and (archive.path / "c0000" / "harness.py").exists()
 
 
+def test_command_proposer_tokens_are_what_the_agent_reported_or_unknown(archive):
+    silent = CommandProposer("true")
+    silent.propose(archive, 1)
+    assert silent.usage().calls == 1 and silent.usage().tokens is None  # unknown, never 0
+    codex = CommandProposer("echo 'tokens used: 12,345'")
+    codex.propose(archive, 1)
+    claude = CommandProposer(
+        """echo '{"usage": {"input_tokens": 100, "cache_read_input_tokens": 20, "output_tokens": 7}}'"""
+    )
+    claude.propose(archive, 1)
+    assert (codex.usage().tokens, claude.usage().tokens) == (12345, 127)
+    claude.propose(archive, 1)
+    silent_again = CommandProposer("true")
+    silent_again.propose(archive, 1)
+    assert claude.usage().tokens == 254 and silent_again.usage().since(silent.usage()).tokens is None
+
+
+def test_unknown_proposer_tokens_stay_unknown_in_the_search_and_the_run(archive, tmp_path):
+    from optimizers.budget import Spend
+
+    optimizer = MetaHarness(
+        proposer=CommandProposer("true"),
+        metric=exact,
+        archive_dir=tmp_path / "search",
+        lm=lm(),
+        config=MetaHarnessConfig(candidates=1, tasks=2, smoke_tasks=0, min_iterations=1, max_iterations=1),
+    )
+    signals = [signal for signal, _ in itertools.islice(optimizer.iterations(student(), tasks(2)), 2)]
+    assert [s.proposer_tokens for s in signals] == [0, None]  # h0 costs no proposing; the agent's is unknown
+    spend = Spend()
+    for signal in signals:
+        spend = spend.add_harness(signal, signal.rollouts)
+    assert spend.proposer_tokens is None
+
+
 def test_command_proposer_timeout_and_failure_are_recorded(archive):
     slow = CommandProposer("sleep 30", timeout_s=0.5)
-    assert slow.propose(archive, 1) == [] and "timed out" in slow.failures[0]
+    assert slow.propose(archive, 1) == [] and "timed out" in slow.usage().failures[0]
     failing = CommandProposer("echo boom; exit 3")
-    assert failing.propose(archive, 1) == [] and "status 3" in failing.failures[0]
-    assert "boom" in failing.failures[0]
+    assert failing.propose(archive, 1) == [] and "status 3" in failing.usage().failures[0]
+    assert "boom" in failing.usage().failures[0]
 
 
 def test_the_command_proposer_sees_neither_the_test_split_nor_secrets(archive, tmp_path, monkeypatch):

@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from whale_dspy.records import AdapterRef, SFTExample, TrainResult
+from whale_dspy.records import AdapterRef, ProposerUsage, SFTExample, TrainResult
 
 if TYPE_CHECKING:
     import dspy
@@ -68,9 +68,12 @@ class WeightTrainer(Protocol):
 
 @runtime_checkable
 class HarnessProposer(Protocol):
-    """Writes new harness sources after reading the archive of prior candidates."""
+    """Writes new harness sources after reading the archive of prior candidates, and says what
+    proposing has cost so far (`usage`: calls, tokens or unknown, the failures it recorded)."""
 
     def propose(self, archive: Any, k: int) -> list[HarnessSource]: ...
+
+    def usage(self) -> ProposerUsage: ...
 
 
 @runtime_checkable

@@ -123,3 +123,26 @@ class SFTExample:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SFTExample:
         return cls(messages=tuple(data["messages"]), completion=data["completion"])
+
+
+@dataclass(frozen=True)
+class ProposerUsage:
+    """What a harness proposer has spent so far: LM calls, tokens (None: unknown, as for an external
+    agent that reports none; never guessed as 0) and the failures it recorded."""
+
+    calls: int = 0
+    tokens: int | None = 0
+    failures: tuple[str, ...] = ()
+
+    def since(self, earlier: ProposerUsage) -> ProposerUsage:
+        """What was spent after `earlier` (a snapshot of the same proposer)."""
+        return ProposerUsage(
+            self.calls - earlier.calls,
+            add_tokens(self.tokens, None if earlier.tokens is None else -earlier.tokens),
+            self.failures[len(earlier.failures) :],
+        )
+
+
+def add_tokens(first: int | None, second: int | None) -> int | None:
+    """Token counts where one unknown makes the total unknown."""
+    return None if first is None or second is None else first + second

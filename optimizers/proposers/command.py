@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -22,10 +23,19 @@ from pathlib import Path
 from optimizers.archive import HarnessArchive
 from optimizers.proposers.context import task_text
 from optimizers.proposers.jail import DEFAULT_JAIL, Jail, bubblewrap
+from optimizers.proposers.usage import UsageMeter
 from whale_dspy.errors import ConfigError
 from whale_dspy.harness import HarnessSource
+from whale_dspy.records import ProposerUsage
 
 log = logging.getLogger(__name__)
+
+USAGE_FIELDS = re.compile(
+    r'"(input_tokens|output_tokens|cache_creation_input_tokens|cache_read_input_tokens)"\s*:\s*(\d+)'
+)
+"""Claude Code's `--output-format json` usage object (the cache fields are input tokens too)."""
+TOKENS_USED = re.compile(r"tokens used:?\s*([\d,]+)", re.IGNORECASE)
+"""Codex CLI's closing line, `tokens used: 12,345`."""
 
 TASK_FILE = "TASK.md"
 NEW_DIR = "new"
@@ -69,9 +79,11 @@ class CommandProposer:
         self.jail = jail
         self.timeout_s = timeout_s
         self.prompt_only = prompt_only
-        self.calls = 0
-        self.tokens = 0
-        self.failures: list[str] = []
+        self.meter = UsageMeter()
+
+    def usage(self) -> ProposerUsage:
+        """Calls, and tokens where the agent printed its usage (else unknown: never guessed as 0)."""
+        return self.meter.usage()
 
     def propose(self, archive: HarnessArchive, k: int) -> list[HarnessSource]:
         best = archive.parents(1)
@@ -89,7 +101,6 @@ class CommandProposer:
     def _run(self, workdir: Path) -> None:
         """Run the command in its own process group, killed whole on timeout; failures are recorded."""
         command = self.command.replace("{workdir}", shlex.quote(str(workdir)))
-        self.calls += 1
         if self.jail is None:
             argv, env = ["/bin/sh", "-c", command], None
         else:
@@ -109,15 +120,17 @@ class CommandProposer:
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             output, _ = process.communicate()
+            self.meter.called(reported_tokens(output))
             self._fail(f"timed out after {self.timeout_s:g} s", output)
             return
+        self.meter.called(reported_tokens(output))
         if process.returncode != 0:
             self._fail(f"exited with status {process.returncode}", output)
 
     def _fail(self, what: str, output: str | None) -> None:
         tail = (output or "")[-2000:]
         log.warning("command proposer %s; output tail:\n%s", what, tail)
-        self.failures.append(f"{what}: {tail[-300:]}")
+        self.meter.failed(f"{what}: {tail[-300:]}")
 
     @staticmethod
     def _collect(new_dir: Path, parent: str, archive: HarnessArchive) -> list[HarnessSource]:
@@ -131,3 +144,13 @@ class CommandProposer:
             code = path.read_text(errors="replace")
             sources.append(HarnessSource(path.stem, code, own_parent, hypothesis.strip()))
         return sources
+
+
+def reported_tokens(output: str | None) -> int | None:
+    """The tokens an agent printed it used (Claude Code's JSON usage, Codex's "tokens used"), else None."""
+    text = output or ""
+    used = [int(count.replace(",", "")) for count in TOKENS_USED.findall(text)]
+    if used:
+        return used[-1]
+    fields = USAGE_FIELDS.findall(text)
+    return sum(int(count) for _, count in fields) if fields else None

@@ -14,8 +14,10 @@ import dspy
 
 from optimizers.archive import HarnessArchive
 from optimizers.proposers.context import archive_context, history_tokens, strip_code_fences, task_text
+from optimizers.proposers.usage import UsageMeter
 from whale_dspy.errors import ConfigError
 from whale_dspy.harness import HarnessSource
+from whale_dspy.records import ProposerUsage
 from whale_dspy.seeding import derive_seed
 
 log = logging.getLogger(__name__)
@@ -54,10 +56,11 @@ class LMProposer:
         self.prompt_only = prompt_only
         self.seed = seed
         self.temperature = temperature
-        self.calls = 0
-        self.tokens = 0
-        self.failures: list[str] = []
+        self.meter = UsageMeter()
         self.write = dspy.Predict(WriteHarness)
+
+    def usage(self) -> ProposerUsage:
+        return self.meter.usage()
 
     def propose(self, archive: HarnessArchive, k: int) -> list[HarnessSource]:
         best = archive.parents(1)
@@ -81,7 +84,6 @@ class LMProposer:
         """One candidate, retried on LM errors; None (recorded in `failures`) when every try failed."""
         for attempt in range(self.retries + 1):
             lm = self.lm.copy(rollout_id=rollout_id + attempt, temperature=self.temperature)
-            self.calls += 1
             try:
                 with dspy.context(lm=lm):
                     prediction = self.write(**inputs)
@@ -92,6 +94,6 @@ class LMProposer:
                 )
                 last = f"{type(error).__name__}: {error}"
             finally:
-                self.tokens += history_tokens(lm.history)
-        self.failures.append(last)
+                self.meter.called(history_tokens(lm.history))
+        self.meter.failed(last)
         return None

@@ -18,6 +18,7 @@ from optimizers.proposers.demos import demos_from
 from optimizers.proposers.edits import EDITS, FEW_SHOT_HYPOTHESIS, Edit, few_shot
 from whale_dspy.errors import ConfigError
 from whale_dspy.harness import HarnessSource
+from whale_dspy.records import ProposerUsage
 from whale_dspy.seeding import derive_seed
 
 log = logging.getLogger(__name__)
@@ -44,8 +45,6 @@ class MutationProposer:
         self.edits = tuple(edit for edit in edits if edit.prompt_only or not prompt_only)
         if not self.edits:
             raise ConfigError("no edit left: prompt-only mode needs at least one prompt edit")
-        self.calls = 0
-        self.tokens = 0
 
     def propose(self, archive: HarnessArchive, k: int) -> list[HarnessSource]:
         """Up to k new sources, each one edit away from one of the best candidates."""
@@ -71,6 +70,10 @@ class MutationProposer:
         if len(out) < k:
             log.info("mutation: %d of %d candidates (no other edit applies to the best parents)", len(out), k)
         return out
+
+    def usage(self) -> ProposerUsage:
+        """No LM, no cost: edits are applied by code."""
+        return ProposerUsage()
 
     def _from_traces(self, archive: HarnessArchive, parent: str) -> tuple[Edit, ...]:
         """Edits drawn from the parent's own search rollouts: few-shot demos of its accepted calls."""

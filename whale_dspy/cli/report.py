@@ -18,7 +18,7 @@ from rich.table import Table
 from whale_dspy.errors import ConfigError
 from whale_dspy.jsonl import atomic_write_json, atomic_write_text
 from whale_dspy.reporting import markdown_table, paired_table, plot_curves, summarize_methods
-from whale_dspy.reporting.tables import seeds_cell
+from whale_dspy.reporting.tables import seeds_cell, tokens_cell
 
 REPORT_JSON, TABLE_MD, CURVE_PNG = "report.json", "report.md", "curve.png"
 
@@ -78,7 +78,7 @@ def print_summary(console: Console, reports: Sequence[dict[str, Any]]) -> None:
             s.final.cell() if s.final else "n/a",
             f"{s.rollouts:.0f}",
             f"{s.eval_rollouts:.0f}",
-            f"{s.proposer_tokens:.0f}",
+            tokens_cell(s.proposer_tokens),
             f"{s.wall_seconds:.0f}",
         )
     console.print(table)

@@ -30,6 +30,7 @@ from whale_dspy.evaluation import InProcessEvaluator
 from whale_dspy.harness import HarnessProgram
 from whale_dspy.jsonl import atomic_write_json
 from whale_dspy.protocols import CandidateEvaluator, InferenceBackend
+from whale_dspy.reporting.tables import tokens_cell
 from whale_dspy.stats import PairedGain, paired_gain
 
 DATA_SEED = 0
@@ -144,7 +145,7 @@ def iteration_table(report: Any) -> Table:
             f"{s.best_score:.3f}",
             s.best_name,
             str(s.rollouts),
-            str(s.proposer_tokens),
+            tokens_cell(s.proposer_tokens),
         )
     return table
 

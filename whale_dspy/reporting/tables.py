@@ -42,7 +42,8 @@ class MethodSummary:
     final: Score | None
     rollouts: float
     eval_rollouts: float
-    proposer_tokens: float
+    proposer_tokens: float | None
+    """None: unknown for at least one run (an external agent that reported no usage)."""
     train_seconds: float
     wall_seconds: float
 
@@ -92,6 +93,15 @@ def finished(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
+def mean_tokens(counts: Sequence[int | None]) -> float | None:
+    """The mean proposer tokens over runs; unknown when any run's count is (an external agent)."""
+    return None if any(count is None for count in counts) else float(np.mean(counts))
+
+
+def tokens_cell(tokens: float | None) -> str:
+    return "unknown" if tokens is None else f"{tokens:.0f}"
+
+
 def summarize_methods(reports: Sequence[dict[str, Any]]) -> list[MethodSummary]:
     """One summary per method (and schedule, where a method ran under several), averaged over seeds."""
     return [
@@ -103,7 +113,7 @@ def summarize_methods(reports: Sequence[dict[str, Any]]) -> list[MethodSummary]:
             final=_score([r["final"] for r in finished(runs)]),
             rollouts=float(np.mean([r["spend"]["rollouts"] for r in runs])),
             eval_rollouts=float(np.mean([r["spend"]["eval_rollouts"] for r in runs])),
-            proposer_tokens=float(np.mean([r["spend"]["proposer_tokens"] for r in runs])),
+            proposer_tokens=mean_tokens([r["spend"]["proposer_tokens"] for r in runs]),
             train_seconds=float(np.mean([r["spend"]["weight_seconds"] for r in runs])),
             wall_seconds=float(np.mean([r["spend"]["wall_seconds"] for r in runs])),
         )
@@ -126,7 +136,7 @@ def markdown_table(
         final = s.final.cell() if s.final else "n/a"
         rows.append(
             f"| {s.method} | {seeds_cell(s)} | {best} | {final} | {s.rollouts:.0f} | {s.eval_rollouts:.0f} "
-            f"| {s.proposer_tokens:.0f} | {s.train_seconds:.1f} | {s.wall_seconds:.1f} |"
+            f"| {tokens_cell(s.proposer_tokens)} | {s.train_seconds:.1f} | {s.wall_seconds:.1f} |"
         )
     note = f"\nBudget: {budget} rollouts per run. " if budget else "\n"
     note += "CIs: bootstrap over test tasks, averaged over seeds; ± is the spread over seeds.\n"
