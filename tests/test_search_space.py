@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 import random
 
-from meta_harness_helpers import GOOD, QA, archive_with, exact, tasks
+from meta_harness_helpers import GOOD, QA, TOY, archive_with, exact, tasks
 from sandbox_helpers import TEST_LIMITS
 
-from optimizers.proposers import MutationProposer
+from optimizers.proposers import MechanismProposer, MutationProposer
 from optimizers.proposers.demos import call_fields, demos_from
-from optimizers.proposers.edits import EDITS_BY_NAME, few_shot
+from optimizers.proposers.edits import EDITS_BY_NAME, FEW_SHOT_HYPOTHESIS, few_shot
 from whale_dspy.evaluation import evaluate
 from whale_dspy.harness import HarnessProgram, HarnessSource
 from whale_dspy.records import LMCall, Rollout
@@ -146,3 +146,19 @@ def test_retrieval_blocks_search_twice_or_with_a_rewritten_query():
     done = run_rollout(program, tasks(1)[0], lm=lm, metric=exact, sample=0, rollout_id=1)
     assert queries == ["two plus two"] and done.turns == 2 and done.score == 1.0
     assert EDITS_BY_NAME["rewrite_query"].apply(GOOD, random.Random(0)) is None  # no search tool
+
+
+def test_the_mechanism_proposer_applies_the_mechanism_a_small_lm_picks(tmp_path):
+    archive = archive_with(tmp_path / "archive", h0=TOY)
+    replies = [
+        '{"mechanism": "instructions", "sentence": "Reply with the number only."}',
+        '{"mechanism": "few_shot", "sentence": ""}',
+        '{"mechanism": "not_in_the_list", "sentence": ""}',
+    ]
+    proposer = MechanismProposer(ScriptedLM(replies), seed=0)
+    first, second = proposer.propose(archive, 3)
+    assert 'INSTRUCTIONS = "Answer the question. Reply with the number only."' in first.code
+    assert first.name == "c0000-instructions" and first.parent == "c0000"
+    assert "class WithDemos" in second.code and second.hypothesis == FEW_SHOT_HYPOTHESIS
+    usage = proposer.usage()
+    assert usage.calls == 3 and len(usage.failures) == 1 and usage.tokens > 0  # the third answer was refused

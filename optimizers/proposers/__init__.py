@@ -1,9 +1,10 @@
 """Harness proposers: each reads the archive and writes new harness sources.
 
 `proposer_from_spec` turns the CLI's `--proposer` value into one:
-`mutation`, `lm:MODEL`, `agent:MODEL` (MODEL: any litellm id, e.g.
-openai/gpt-4o-mini, with its API key in the environment) or `command:'CMD'`
-(an external coding agent; `{workdir}` is replaced by its working folder).
+`mutation`, `lm:MODEL`, `agent:MODEL`, `mechanism:MODEL` (MODEL: any litellm
+id, e.g. openai/gpt-4o-mini, with its API key in the environment; the CLI also
+takes `served`, the model the run's own server serves) or `command:'CMD'` (an
+external coding agent; `{workdir}` is replaced by its working folder).
 """
 
 from __future__ import annotations
@@ -17,11 +18,12 @@ from optimizers.proposers.command import CommandProposer
 from optimizers.proposers.edits import EDITS, Edit, set_output_adapter
 from optimizers.proposers.jail import DEFAULT_JAIL, Jail
 from optimizers.proposers.lm import LMProposer
+from optimizers.proposers.mechanism import MechanismProposer
 from optimizers.proposers.mutation import MutationProposer
 from whale_dspy.errors import ConfigError
 from whale_dspy.protocols import HarnessProposer
 
-PROPOSER_KINDS = ("mutation", "lm:MODEL", "agent:MODEL", "command:CMD")
+PROPOSER_KINDS = ("mutation", "lm:MODEL", "agent:MODEL", "mechanism:MODEL", "command:CMD")
 
 
 def proposer_from_spec(
@@ -40,6 +42,8 @@ def proposer_from_spec(
     if kind in ("lm", "agent") and value:
         proposer = LMProposer if kind == "lm" else AgenticProposer
         return proposer(make_lm(value), seed=seed, prompt_only=prompt_only)
+    if kind == "mechanism" and value:
+        return MechanismProposer(make_lm(value), seed=seed, prompt_only=prompt_only)
     if kind == "command" and value.strip():
         return CommandProposer(value, prompt_only=prompt_only, jail=jail)
     raise ConfigError(f"unknown proposer {spec!r}; valid forms: {', '.join(PROPOSER_KINDS)}")
@@ -55,6 +59,7 @@ __all__ = [
     "Edit",
     "Jail",
     "LMProposer",
+    "MechanismProposer",
     "MutationProposer",
     "proposer_from_spec",
     "set_output_adapter",

@@ -24,8 +24,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from whale_dspy.backends import RemoteServer
 from whale_dspy.cli.eval import add_harness_arguments
-from whale_dspy.cli.wiring import DOMAIN_HELP, add_agent_arguments, agent_jail
+from whale_dspy.cli.wiring import DOMAIN_HELP, add_agent_arguments, agent_jail, proposer_lm
 from whale_dspy.evaluation import InProcessEvaluator
 from whale_dspy.harness import HarnessProgram
 from whale_dspy.jsonl import atomic_write_json
@@ -42,7 +43,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--domain", required=True, help=DOMAIN_HELP)
     parser.add_argument(
-        "--proposer", default="mutation", help="mutation, lm:MODEL, agent:MODEL, command:'CMD'"
+        "--proposer",
+        default="mutation",
+        help="mutation, lm:MODEL, agent:MODEL, mechanism:MODEL, command:'CMD' (MODEL served: the server's)",
     )
     add_agent_arguments(parser)
     parser.add_argument("--model", default="smollm2-135m", help="embedded model name, local folder or hub id")
@@ -97,6 +100,9 @@ def prepare(args: argparse.Namespace) -> dict[str, Any]:
             seed=args.seed,
             prompt_only=args.prompt_only,
             jail=agent_jail(args.agent_read, args.agent_env, args.agent_network),
+            make_lm=lambda model: proposer_lm(
+                model, RemoteServer(args.server_url) if args.server_url else None
+            ),
         ),
         "searchset": domain.load("search", args.tasks, DATA_SEED),
         "testset": domain.load("test", args.test_tasks, DATA_SEED),

@@ -112,7 +112,11 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, method: bool = True, s
     parser.add_argument("--model", help="embedded model name, local folder or hub id (default smollm2-135m)")
     parser.add_argument("--eval-every", dest="eval_every", type=int, help="rollouts between test evaluations")
     parser.add_argument("--eval-k", dest="eval_k", type=int, help="samples per test task (default 8)")
-    parser.add_argument("--proposer", help="harness proposer: mutation, lm:MODEL, agent:MODEL, command:CMD")
+    parser.add_argument(
+        "--proposer",
+        help="harness proposer: mutation, lm:MODEL, agent:MODEL, mechanism:MODEL, command:CMD "
+        "(MODEL 'served': the run's own served model)",
+    )
     add_agent_arguments(parser, defaults=False)
     parser.add_argument("--preset", choices=PRESETS, help="phase sizes for the embedded CPU model or a GPU")
     parser.add_argument(
@@ -231,6 +235,26 @@ def evaluate_on_test(
     return report
 
 
+SERVED_MODEL = "served"
+"""A proposer MODEL naming the run's own served model (offline: no API, no key)."""
+PROPOSER_MAX_TOKENS = 256
+"""Completion budget of a proposer on the served model (a mechanism choice and one sentence)."""
+
+
+def proposer_lm(model: str, backend: InferenceBackend | None) -> Any:
+    """A proposer's LM: `served` is the run's own server's base model, anything else a litellm id."""
+    import dspy
+
+    if model != SERVED_MODEL:
+        return dspy.LM(model)
+    if backend is None:
+        raise ConfigError(
+            f"a proposer on the {SERVED_MODEL!r} model needs a running server: pass --server-url "
+            "(start one with `whale serve --model ...`)"
+        )
+    return backend.lm(max_tokens=PROPOSER_MAX_TOKENS)
+
+
 def make_phases(settings: RunSettings, backend: InferenceBackend, metric: Callable, run_dir: Path) -> tuple:
     """(weight phase, harness phase, their configs) sized by the preset."""
     from optimizers.meta_harness import MetaHarness, MetaHarnessConfig, sandboxed_evaluator
@@ -253,7 +277,11 @@ def make_phases(settings: RunSettings, backend: InferenceBackend, metric: Callab
         run_dir=RunDir(run_dir),
     )
     proposer = proposer_from_spec(
-        settings.proposer, seed=settings.seed, prompt_only=prompt_only, jail=settings.agent_jail
+        settings.proposer,
+        seed=settings.seed,
+        prompt_only=prompt_only,
+        jail=settings.agent_jail,
+        make_lm=lambda model: proposer_lm(model, backend),
     )
     meta = MetaHarness(
         proposer=proposer,

@@ -1,0 +1,155 @@
+"""MechanismProposer: a small LM reads the traces and picks ONE mechanism; code applies it.
+
+A whole harness file is more than a 0.5B model can write reliably. Here the LM
+sees the parent's code, its scores and raw traces, and the mechanisms that apply
+to that parent (the mutation catalogue, plus few-shot demos from the parent's own
+successes), and answers with a name from that list (constrained to it where the
+server decodes structured output) and, for new instructions, one sentence. The
+edit itself is the catalogue's syntax-tree edit, so every proposal parses. The k
+proposals of one iteration start from distinct parents where there are several,
+and a mechanism chosen once in an iteration is not offered again in it.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from typing import Literal
+
+import dspy
+
+from optimizers.archive import HarnessArchive
+from optimizers.proposers.context import history_tokens, raw_trace, sample_traces, summary_line
+from optimizers.proposers.demos import demos_from
+from optimizers.proposers.edits import (
+    EDITS,
+    FEW_SHOT_HYPOTHESIS,
+    Edit,
+    few_shot,
+    module_constant,
+    set_constant,
+)
+from optimizers.proposers.usage import UsageMeter
+from whale_dspy.harness import HarnessSource
+from whale_dspy.records import ProposerUsage
+from whale_dspy.seeding import derive_seed
+
+log = logging.getLogger(__name__)
+
+INSTRUCTIONS_EDIT = "instructions"
+TRACE_CHARS = 1500
+"""Per trace: a small model's context is short."""
+
+
+class ChooseMechanism(dspy.Signature):
+    """You improve an LLM agent's harness (the code around the model). Read the harness, its score and
+    its traces, then choose the ONE mechanism from the list most likely to fix what the failing traces
+    show. For "instructions", also write one short sentence to add to the task's instructions."""
+
+    harness: str = dspy.InputField(desc="the parent harness's Python code")
+    results: str = dspy.InputField(desc="the parent's score, then raw traces of failures and successes")
+    mechanisms: str = dspy.InputField(desc="the mechanisms you may choose, one per line: name: what it does")
+    mechanism: str = dspy.OutputField(desc="exactly one name from the list")
+    sentence: str = dspy.OutputField(desc='for "instructions": the sentence to add; otherwise leave empty')
+
+
+class MechanismProposer:
+    label = "mechanism"
+
+    def __init__(
+        self,
+        lm: dspy.BaseLM,
+        *,
+        seed: int = 0,
+        parents: int = 3,
+        traces: int = 3,
+        temperature: float = 1.0,
+        prompt_only: bool = False,
+    ):
+        self.lm, self.seed, self.parents, self.traces = lm, seed, parents, traces
+        self.prompt_only = prompt_only
+        self.temperature = temperature
+        self.meter = UsageMeter()
+
+    def usage(self) -> ProposerUsage:
+        return self.meter.usage()
+
+    def propose(self, archive: HarnessArchive, k: int) -> list[HarnessSource]:
+        parents = [meta.name for meta in archive.parents(self.parents)]
+        seen = {meta.digest for meta in archive.candidates}
+        chosen: set[str] = set()
+        out: list[HarnessSource] = []
+        for index in range(k):
+            if not parents:
+                break
+            parent = parents[index % len(parents)]
+            source = self._one(
+                archive, parent, chosen, derive_seed("mechanism", self.seed, len(archive), index)
+            )
+            if source is not None and source.digest not in seen:
+                seen.add(source.digest)
+                out.append(source)
+        return out
+
+    def _one(
+        self, archive: HarnessArchive, parent: str, chosen: set[str], rollout_id: int
+    ) -> HarnessSource | None:
+        code = archive.source(parent).code
+        rng = random.Random(rollout_id)
+        offered = {edit.name: edit for edit in self._edits(archive, parent) if edit.name not in chosen}
+        applicable = {name: edit for name, edit in offered.items() if edit.apply(code, rng) is not None}
+        if not applicable:
+            return None
+        answer = self._ask(code, self._results(archive, parent, rng), applicable, rollout_id)
+        if answer is None:
+            return None
+        name, sentence = answer
+        if name not in applicable:  # the schema forbids it; a server without structured output may not
+            self.meter.failed(f"the LM chose {name!r}, not one of {sorted(applicable)}")
+            return None
+        chosen.add(name)
+        edit = applicable[name]
+        new = self._instructions(code, sentence) if name == INSTRUCTIONS_EDIT and sentence else None
+        new = new or edit.apply(code, random.Random(rollout_id))
+        return HarnessSource(f"{parent}-{name}", new, parent, edit.hypothesis) if new else None
+
+    def _edits(self, archive: HarnessArchive, parent: str) -> list[Edit]:
+        if self.prompt_only:
+            return [edit for edit in EDITS if edit.prompt_only]
+        demos = demos_from(archive.traces(parent), random.Random(derive_seed("demos", self.seed, parent)))
+        shots = (
+            [Edit("few_shot", FEW_SHOT_HYPOTHESIS, lambda code, _rng: few_shot(code, demos))] if demos else []
+        )
+        return [*EDITS, *shots]
+
+    def _results(self, archive: HarnessArchive, parent: str, rng: random.Random) -> str:
+        traces = sample_traces(archive.traces(parent), self.traces, rng)
+        parts = [summary_line(archive.get(parent))]
+        parts += [f"## trace: task {r.task_id}, score {r.score}\n{raw_trace(r, TRACE_CHARS)}" for r in traces]
+        return "\n".join(parts)
+
+    def _ask(
+        self, code: str, results: str, edits: dict[str, Edit], rollout_id: int
+    ) -> tuple[str, str] | None:
+        names = tuple(edits)
+        signature = ChooseMechanism.with_updated_fields("mechanism", type_=Literal[names])  # type: ignore[valid-type]
+        lm = self.lm.copy(rollout_id=rollout_id, temperature=self.temperature)
+        menu = "\n".join(f"{name}: {edit.hypothesis}" for name, edit in edits.items())
+        try:
+            with dspy.context(lm=lm, adapter=dspy.JSONAdapter()):  # the choice decoded as the schema's enum
+                prediction = dspy.Predict(signature)(harness=code, results=results, mechanisms=menu)
+        except Exception as error:
+            self.meter.failed(f"{type(error).__name__}: {error}")
+            log.warning("mechanism proposer: %s: %s", type(error).__name__, error)
+            return None
+        finally:
+            self.meter.called(history_tokens(lm.history))
+        return str(prediction.mechanism), str(prediction.sentence or "").strip()
+
+    @staticmethod
+    def _instructions(code: str, sentence: str) -> str | None:
+        """INSTRUCTIONS with the LM's sentence appended (a constant edit on the syntax tree)."""
+        node = module_constant(code, "INSTRUCTIONS")
+        if node is None or not isinstance(node.value, str) or sentence in node.value:
+            return None
+        return set_constant(code, "INSTRUCTIONS", f"{node.value} {sentence[:300]}".strip())
