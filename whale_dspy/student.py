@@ -19,8 +19,6 @@ the search starts from the program as it is. A candidate is any rewrite that sti
 
 from __future__ import annotations
 
-import ast
-import builtins
 import inspect
 import json
 import pprint
@@ -31,6 +29,7 @@ from typing import Any
 
 import dspy
 
+from whale_dspy.class_source import module_of, source_needed_by
 from whale_dspy.errors import ConfigError
 from whale_dspy.harness import HarnessProgram, HarnessSource, load_build
 from whale_dspy.protocols import Tools
@@ -52,7 +51,7 @@ def as_harness(
     if not isinstance(student, dspy.Module):
         raise ConfigError(f"a student is a dspy.Module, got {type(student).__name__}")
     cls = type(student)
-    module = _module_of(cls)
+    module = module_of(cls)
     entry = _Entry.of(student, module)
     code = _harness_code(cls, module, entry, state=None)
     held = HeldTools(entry.held)
@@ -207,97 +206,10 @@ class _ArgumentWriter:
         return key
 
 
-# -- the source -----------------------------------------------------------------------------------
-
-
-def _module_of(cls: type) -> ModuleType:
-    module = inspect.getmodule(cls)
-    if cls.__qualname__ != cls.__name__ or module is None:
-        raise ConfigError(f"{cls.__qualname__} must be a top-level class of a Python module file")
-    try:
-        inspect.getsource(module)
-    except (OSError, TypeError) as error:
-        raise ConfigError(
-            f"cannot find the source of {cls.__name__} (defined in a REPL, a notebook cell, or built "
-            "dynamically?): define it in a .py file and import it from there"
-        ) from error
-    return module
-
-
 def _harness_code(cls: type, module: ModuleType, entry: _Entry, state: dict[str, Any] | None) -> str:
-    """The statements `cls` needs from its module, in their order, then the generated entry."""
-    module_code = inspect.getsource(module)
-    tree = ast.parse(module_code)
-    wanted = _needed_statements(tree, {cls.__name__, *entry.names})
-    lines = module_code.splitlines()
-    imports = [node for node in wanted if isinstance(node, ast.Import | ast.ImportFrom)]
-    body = [node for node in wanted if node not in imports]
-    docstring = [node for node in body[:1] if _is_docstring(node)]
-
-    def text(nodes: list[ast.stmt], sep: str) -> str:
-        return sep.join("\n".join(lines[_first_line(node) - 1 : node.end_lineno]) for node in nodes)
-
-    import_text = text(imports, "\n")
-    if not any("dspy" in _binds(node) for node in imports):  # the generated entry may need it
-        import_text = f"{import_text}\nimport dspy".strip()
-    parts = [text(docstring, ""), import_text, text(body[len(docstring) :], "\n\n\n")]
-    parts.append(_entry_code(cls.__name__, entry, state))
-    return "\n\n\n".join(part for part in parts if part) + "\n"
-
-
-def _needed_statements(tree: ast.Module, roots: set[str]) -> list[ast.stmt]:
-    """Top-level statements binding a name the roots use, transitively; `from __future__` always."""
-    binders: dict[str, list[ast.stmt]] = {}
-    for node in tree.body:
-        for name in _binds(node):
-            binders.setdefault(name, []).append(node)
-    chosen: set[int] = set()
-    pending = list(roots)
-    while pending:
-        for node in binders.get(pending.pop(), []):
-            if id(node) not in chosen:
-                chosen.add(id(node))
-                pending.extend(_uses(node))
-    docstring = tree.body[:1] if tree.body and _is_docstring(tree.body[0]) else []
-    return [
-        node
-        for node in tree.body
-        if id(node) in chosen
-        or node in docstring
-        or (isinstance(node, ast.ImportFrom) and node.module == "__future__")
-    ]
-
-
-def _first_line(node: ast.stmt) -> int:
-    """Where a statement's text starts: its first decorator, if it has any."""
-    return min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", ()))])
-
-
-def _binds(node: ast.stmt) -> set[str]:
-    if isinstance(node, ast.Import | ast.ImportFrom):
-        return {(alias.asname or alias.name).split(".")[0] for alias in node.names}
-    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-        return {node.name}
-    targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
-    return {
-        name.id
-        for target in targets
-        if target is not None
-        for name in ast.walk(target)
-        if isinstance(name, ast.Name)
-    }
-
-
-def _uses(node: ast.stmt) -> set[str]:
-    return {name.id for name in ast.walk(node) if isinstance(name, ast.Name)} - set(dir(builtins))
-
-
-def _is_docstring(node: ast.stmt) -> bool:
-    return (
-        isinstance(node, ast.Expr)
-        and isinstance(node.value, ast.Constant)
-        and isinstance(node.value.value, str)
-    )
+    """The source the class needs from its module, then the generated entry."""
+    needed = source_needed_by(module, {cls.__name__, *entry.names})
+    return f"{needed}\n\n\n{_entry_code(cls.__name__, entry, state)}"
 
 
 def _entry_code(class_name: str, entry: _Entry, state: dict[str, Any] | None) -> str:
