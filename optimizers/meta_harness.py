@@ -235,7 +235,7 @@ class MetaHarness(Teleprompter):
             iteration=iteration,
             parent=source.parent,
             hypothesis=source.hypothesis or ("incoming harness" if iteration == 0 else ""),
-            proposer="incoming" if iteration == 0 else getattr(self.proposer, "label", "proposer"),
+            proposer="incoming" if iteration == 0 else self.proposer.label,
             digest=source.digest,
             status="valid",
         )

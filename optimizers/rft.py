@@ -236,7 +236,7 @@ class RejectionSamplingFinetune(Teleprompter):
 
     def _base(self) -> str:
         """The base the trainer loads: given, else what the server serves (known once it started)."""
-        base = self.base or getattr(self.backend, "base_model", None)
+        base = self.base or self.backend.base_model
         if not base:
             raise ConfigError("RejectionSamplingFinetune needs base= (the base model the trainer loads)")
         return base

@@ -45,6 +45,7 @@ from optimizers.whale_report import WhaleReport, report_from_state
 from whale_dspy.errors import BackendError, ConfigError
 from whale_dspy.harness import HarnessProgram
 from whale_dspy.protocols import CandidateEvaluator, InferenceBackend
+from whale_dspy.provenance import environment
 from whale_dspy.records import AdapterRef
 from whale_dspy.rollouts import Metric
 from whale_dspy.rundir import CONFIG_FILE, RunDir, sole_writer
@@ -177,7 +178,10 @@ class WhaleOptimizer(Teleprompter):
         repair_event_log(run)
         recorder = Recorder(run, load_state(run, initial_state(run, student.source)), self.on_event)
         recorder.record(
-            RUN_RESUMED if recorder.state.events else RUN_STARTED, rollouts=recorder.state.spend.rollouts
+            RUN_RESUMED if recorder.state.events else RUN_STARTED,
+            rollouts=recorder.state.spend.rollouts,
+            served_model=self.backend.served_model(),  # what ran, on this machine, this time
+            environment=environment(),
         )
         return recorder
 

@@ -136,6 +136,9 @@ def test_whale_optimizer_compiles_the_users_program(tmp_path):
         program.report.curve[-1].mean_at_k == 1.0 and program.report.curve[-1].adapter == program.adapter_name
     )
     assert program.adapter_name in backend.loaded
+    [started] = RunDir(tmp_path / "run").events("run_started")  # the record says what ran, and where
+    assert started["served_model"] == "base" and started["environment"]["machine"]["cores"] >= 1
+    assert started["environment"]["packages"]["dspy"] == dspy.__version__
 
 
 def test_better_together_runs_bootstrap_few_shot_and_our_weight_phase(tmp_path):

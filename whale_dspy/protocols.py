@@ -40,9 +40,17 @@ class Domain(Protocol):
 
 @runtime_checkable
 class InferenceBackend(Protocol):
-    """Serves the base model plus named LoRA adapters over the OpenAI API."""
+    """Serves the base model plus named LoRA adapters over the OpenAI API.
+
+    `base_model`: the base weights' folder or id that a trainer loads (None until known: a remote
+    server's, say); `served_model()`: the model the server itself says it serves, for the records.
+    """
+
+    base_model: str | None
 
     def start(self) -> None: ...
+
+    def served_model(self) -> str: ...
 
     def stop(self) -> None: ...
 
@@ -69,7 +77,10 @@ class WeightTrainer(Protocol):
 @runtime_checkable
 class HarnessProposer(Protocol):
     """Writes new harness sources after reading the archive of prior candidates, and says what
-    proposing has cost so far (`usage`: calls, tokens or unknown, the failures it recorded)."""
+    proposing has cost so far (`usage`: calls, tokens or unknown, the failures it recorded).
+    `label` names the kind in the archive ("mutation", "lm", "command", ...)."""
+
+    label: str
 
     def propose(self, archive: Any, k: int) -> list[HarnessSource]: ...
 

@@ -13,6 +13,7 @@ from whale_dspy.cli.wiring import DOMAIN_HELP
 from whale_dspy.evaluation import EvalReport
 from whale_dspy.harness import HarnessProgram, HarnessSource
 from whale_dspy.protocols import SPLITS
+from whale_dspy.provenance import environment
 
 OUTPUT_FORMATS = ("chat", "json")
 """chat: DSPy's ChatAdapter; json: JSONAdapter, which the server turns into schema-constrained decoding."""
@@ -123,6 +124,7 @@ def _write_and_print(
 
     meta = {"domain": args.domain, "harness": harness.name, "split": args.split, "model": served}
     meta["contained"] = not harness.trusted  # unvouched code ran in the sandbox
+    meta["environment"] = environment()
     atomic_write_json(out / "report.json", {**meta, "output_format": args.output_format, **report.to_dict()})
     where = "sandboxed" if meta["contained"] else "in process"
     table = Table(

@@ -31,6 +31,7 @@ from whale_dspy.evaluation import InProcessEvaluator
 from whale_dspy.harness import HarnessProgram
 from whale_dspy.jsonl import atomic_write_json
 from whale_dspy.protocols import CandidateEvaluator, InferenceBackend
+from whale_dspy.provenance import environment
 from whale_dspy.reporting.tables import tokens_cell
 from whale_dspy.stats import PairedGain, paired_gain
 
@@ -227,7 +228,8 @@ def search(
         for label, report in reports.items()
     }
     console.print(test_table(results, args.eval_k))
-    record = {"search": asdict(best.report), "test": results}
+    record = {"search": asdict(best.report), "test": results, "served_model": backend.served_model()}
+    record["environment"] = environment()
     if best_label in reports:  # a best unlike h0, on the same tasks and sample ids: pair them
         gain = paired_gain(reports["h0"].per_task, reports[best_label].per_task)
         record["gain_over_h0"] = gain.to_dict()

@@ -21,6 +21,10 @@ class FakeBackend:
         self.load_order: list[str] = []
         self.fail_loading = set(fail_loading or ())
         self.running = False
+        self.base_model: str | None = None  # tests pass the trainer's base explicitly
+
+    def served_model(self) -> str:
+        return self.base_name
 
     def start(self) -> None:
         self.running = True
