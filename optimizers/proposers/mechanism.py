@@ -6,8 +6,9 @@ to that parent (the mutation catalogue, plus few-shot demos from the parent's ow
 successes), and answers with a name from that list (constrained to it where the
 server decodes structured output) and, for new instructions, one sentence. The
 edit itself is the catalogue's syntax-tree edit, so every proposal parses. The k
-proposals of one iteration start from distinct parents where there are several,
-and a mechanism chosen once in an iteration is not offered again in it.
+proposals of one iteration start from distinct parents where there are several;
+a mechanism chosen once in an iteration, or one whose code the archive already
+holds, is not offered.
 """
 
 from __future__ import annotations
@@ -83,24 +84,29 @@ class MechanismProposer:
             if not parents:
                 break
             parent = parents[index % len(parents)]
-            source = self._one(
-                archive, parent, chosen, derive_seed("mechanism", self.seed, len(archive), index)
-            )
+            rollout_id = derive_seed("mechanism", self.seed, len(archive), index)
+            source = self._one(archive, parent, chosen, seen, rollout_id)
             if source is not None and source.digest not in seen:
                 seen.add(source.digest)
                 out.append(source)
         return out
 
     def _one(
-        self, archive: HarnessArchive, parent: str, chosen: set[str], rollout_id: int
+        self, archive: HarnessArchive, parent: str, chosen: set[str], seen: set[str], rollout_id: int
     ) -> HarnessSource | None:
+        """One LM choice among the mechanisms that apply to `parent` and give code not yet archived."""
         code = archive.source(parent).code
-        rng = random.Random(rollout_id)
         offered = {edit.name: edit for edit in self._edits(archive, parent) if edit.name not in chosen}
-        applicable = {name: edit for name, edit in offered.items() if edit.apply(code, rng) is not None}
+        applicable: dict[str, tuple[Edit, str]] = {}
+        for name, edit in offered.items():
+            edited = edit.apply(code, random.Random(rollout_id))
+            if edited is not None and HarnessSource(name, edited).digest not in seen:
+                applicable[name] = (edit, edited)
         if not applicable:
             return None
-        answer = self._ask(code, self._results(archive, parent, rng), applicable, rollout_id)
+        rng = random.Random(rollout_id)
+        menu = {name: edit for name, (edit, _) in applicable.items()}
+        answer = self._ask(code, self._results(archive, parent, rng), menu, rollout_id)
         if answer is None:
             return None
         name, sentence = answer
@@ -108,10 +114,10 @@ class MechanismProposer:
             self.meter.failed(f"the LM chose {name!r}, not one of {sorted(applicable)}")
             return None
         chosen.add(name)
-        edit = applicable[name]
-        new = self._instructions(code, sentence) if name == INSTRUCTIONS_EDIT and sentence else None
-        new = new or edit.apply(code, random.Random(rollout_id))
-        return HarnessSource(f"{parent}-{name}", new, parent, edit.hypothesis) if new else None
+        edit, edited = applicable[name]
+        if name == INSTRUCTIONS_EDIT and sentence:
+            edited = self._instructions(code, sentence) or edited
+        return HarnessSource(f"{parent}-{name}", edited, parent, edit.hypothesis)
 
     def _edits(self, archive: HarnessArchive, parent: str) -> list[Edit]:
         if self.prompt_only:
