@@ -16,11 +16,13 @@ import json
 import random
 import re
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from optimizers.proposers import blocks
+from optimizers.proposers.demos import demos_from
 from whale_dspy.harness import BUILD_FUNCTION
+from whale_dspy.records import Rollout
 
 EditFn = Callable[[str, random.Random], str | None]
 
@@ -83,24 +85,20 @@ def literal(value: object, width: int = 88) -> str:
 
 
 def set_constant(code: str, name: str, value: object) -> str | None:
+    """The code with the top-level `NAME = <literal>` set to `value`; None when there is no such
+    constant or it has that value already. The literal may be a list or dict (DEMOS)."""
     node = module_constant(code, name)
-    if node is None or node.value == value:
-        return None
-    return _replace(code, node, literal(value))
-
-
-def set_constant_value(code: str, name: str, value: object) -> str | None:
-    """Like `set_constant`, for a constant of any literal value (a list of dicts, say)."""
-    for node in ast.parse(code).body:
-        if isinstance(node, ast.Assign) and any(
-            isinstance(t, ast.Name) and t.id == name for t in node.targets
+    if node is not None:
+        return None if node.value == value else _replace(code, node, literal(value))
+    for statement in ast.parse(code).body:
+        if isinstance(statement, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == name for t in statement.targets
         ):
             try:
-                if ast.literal_eval(node.value) == value:
-                    return None
-            except ValueError:
-                pass
-            return _replace(code, node.value, literal(value))
+                same = ast.literal_eval(statement.value) == value
+            except ValueError:  # not a literal: not a knob an edit sets
+                return None
+            return None if same else _replace(code, statement.value, literal(value))
     return None
 
 
@@ -248,7 +246,7 @@ def few_shot(code: str, demos: list[dict[str, object]]) -> str | None:
     if not demos:
         return None
     if _defines(code, blocks.WithDemos.__name__):
-        return set_constant_value(code, "DEMOS", demos)
+        return set_constant(code, "DEMOS", demos)
     parts = (blocks.own_task, blocks.set_demos, blocks.WithDemos)
     return wrap_build(code, "few_shot", parts, {"DEMOS": demos}, "WithDemos({inner})")
 
@@ -257,6 +255,14 @@ FEW_SHOT_HYPOTHESIS = (
     "Worked examples from the harness's own verified successes (DSPy few-shot demos) show the model "
     "the task's format and reasoning."
 )
+
+
+def few_shot_edit(rollouts: Sequence[Rollout], rng: random.Random) -> Edit | None:
+    """The few-shot edit with demos from a parent's own rollouts (None when none was accepted)."""
+    demos = demos_from(rollouts, rng)
+    if not demos:
+        return None
+    return Edit("few_shot", FEW_SHOT_HYPOTHESIS, lambda code, _rng: few_shot(code, demos))
 
 
 def set_output_adapter(code: str, adapter: str) -> str | None:

@@ -21,15 +21,7 @@ import dspy
 
 from optimizers.archive import HarnessArchive
 from optimizers.proposers.context import history_tokens, raw_trace, sample_traces, summary_line
-from optimizers.proposers.demos import demos_from
-from optimizers.proposers.edits import (
-    EDITS,
-    FEW_SHOT_HYPOTHESIS,
-    Edit,
-    few_shot,
-    module_constant,
-    set_constant,
-)
+from optimizers.proposers.edits import EDITS, Edit, few_shot_edit, module_constant, set_constant
 from optimizers.proposers.usage import UsageMeter
 from whale_dspy.harness import HarnessSource
 from whale_dspy.records import ProposerUsage
@@ -122,11 +114,8 @@ class MechanismProposer:
     def _edits(self, archive: HarnessArchive, parent: str) -> list[Edit]:
         if self.prompt_only:
             return [edit for edit in EDITS if edit.prompt_only]
-        demos = demos_from(archive.traces(parent), random.Random(derive_seed("demos", self.seed, parent)))
-        shots = (
-            [Edit("few_shot", FEW_SHOT_HYPOTHESIS, lambda code, _rng: few_shot(code, demos))] if demos else []
-        )
-        return [*EDITS, *shots]
+        shots = few_shot_edit(archive.traces(parent), random.Random(derive_seed("demos", self.seed, parent)))
+        return [*EDITS, *([shots] if shots is not None else [])]
 
     def _results(self, archive: HarnessArchive, parent: str, rng: random.Random) -> str:
         traces = sample_traces(archive.traces(parent), self.traces, rng)

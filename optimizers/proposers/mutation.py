@@ -14,8 +14,7 @@ import logging
 import random
 
 from optimizers.archive import HarnessArchive
-from optimizers.proposers.demos import demos_from
-from optimizers.proposers.edits import EDITS, FEW_SHOT_HYPOTHESIS, Edit, few_shot
+from optimizers.proposers.edits import EDITS, Edit, few_shot_edit
 from whale_dspy.errors import ConfigError
 from whale_dspy.harness import HarnessSource
 from whale_dspy.records import ProposerUsage
@@ -80,7 +79,5 @@ class MutationProposer:
         if self.prompt_only:
             return ()
         rng = random.Random(derive_seed("demos", self.seed, len(archive), parent))
-        demos = demos_from(archive.traces(parent), rng)
-        if not demos:
-            return ()
-        return (Edit("few_shot", FEW_SHOT_HYPOTHESIS, lambda code, _rng: few_shot(code, demos)),)
+        shots = few_shot_edit(archive.traces(parent), rng)
+        return (shots,) if shots is not None else ()
