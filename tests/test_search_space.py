@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import random
 
-from meta_harness_helpers import GOOD, QA, TOY, archive_with, exact, tasks
+from meta_harness_helpers import GOOD, QA, TOY, archive_with, exact, source, tasks
 from sandbox_helpers import TEST_LIMITS
 
 from optimizers.proposers import MechanismProposer, MutationProposer
@@ -162,3 +162,12 @@ def test_the_mechanism_proposer_applies_the_mechanism_a_small_lm_picks(tmp_path)
     assert "class WithDemos" in second.code and second.hypothesis == FEW_SHOT_HYPOTHESIS
     usage = proposer.usage()
     assert usage.calls == 3 and len(usage.failures) == 1 and usage.tokens > 0  # the third answer was refused
+
+
+def test_the_mechanism_proposer_never_offers_code_the_archive_holds(tmp_path):
+    with_cot = EDITS_BY_NAME["chain_of_thought"].apply(TOY, random.Random(0))
+    archive = archive_with(tmp_path / "archive", [[source(with_cot)]], h0=TOY)
+    assert archive.best(1)[0].name == "c0000"  # the reasoning variant fails to parse: h0 stays best
+    proposer = MechanismProposer(ScriptedLM(['{"mechanism": "chain_of_thought", "sentence": ""}']), parents=1)
+    assert proposer.propose(archive, 1) == []
+    assert "chain_of_thought" in proposer.usage().failures[0]  # not on the menu: refused, not re-proposed
