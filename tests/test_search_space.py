@@ -171,3 +171,22 @@ def test_the_mechanism_proposer_never_offers_code_the_archive_holds(tmp_path):
     proposer = MechanismProposer(ScriptedLM(['{"mechanism": "chain_of_thought", "sentence": ""}']), parents=1)
     assert proposer.propose(archive, 1) == []
     assert "chain_of_thought" in proposer.usage().failures[0]  # not on the menu: refused, not re-proposed
+
+
+def test_few_shot_candidates_run_the_same_in_the_sandbox(tmp_path):
+    archive = archive_with(tmp_path / "archive", h0=GOOD)
+    shots = next(
+        s
+        for seed in range(40)
+        for s in MutationProposer(seed=seed).propose(archive, 3)
+        if "few_shot" in s.name
+    )
+    lm = ScriptedLM({"": {"answer": "4"}})
+    options = dict(metric=exact, lm=lm, k=1, namespace="shots")
+    _, contained = SandboxedEvaluator(TEST_LIMITS).evaluate(HarnessProgram(shots, QA), tasks(4), **options)
+    _, here = evaluate(HarnessProgram(shots.vouched(), QA), tasks(4), **options)
+
+    def prompts(rollouts):
+        return sorted(json.dumps(r.lm_calls[0].messages) for r in rollouts)
+
+    assert [r.error for r in contained] == [None] * 4 and prompts(contained) == prompts(here)
