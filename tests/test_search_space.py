@@ -6,18 +6,21 @@ from __future__ import annotations
 import json
 import random
 
+import pytest
 from meta_harness_helpers import GOOD, QA, TOY, archive_with, exact, source, tasks
 from sandbox_helpers import TEST_LIMITS
 
 from optimizers.proposers import MechanismProposer, MutationProposer
 from optimizers.proposers.demos import call_fields, demos_from
 from optimizers.proposers.edits import EDITS_BY_NAME, FEW_SHOT_HYPOTHESIS, few_shot
+from whale_dspy.cli.wiring import proposer_lm
+from whale_dspy.errors import ConfigError
 from whale_dspy.evaluation import evaluate
 from whale_dspy.harness import HarnessProgram, HarnessSource
 from whale_dspy.records import LMCall, Rollout
 from whale_dspy.rollouts import run_rollout
 from whale_dspy.sandbox import SandboxedEvaluator
-from whale_dspy.testing import ScriptedLM
+from whale_dspy.testing import FakeBackend, ScriptedLM
 
 SEARCH = """
 import dspy
@@ -190,3 +193,9 @@ def test_few_shot_candidates_run_the_same_in_the_sandbox(tmp_path):
         return sorted(json.dumps(r.lm_calls[0].messages) for r in rollouts)
 
     assert [r.error for r in contained] == [None] * 4 and prompts(contained) == prompts(here)
+
+
+def test_a_proposer_on_the_served_model_needs_the_server_and_gets_its_lm():
+    with pytest.raises(ConfigError, match="--server-url"):
+        proposer_lm("served", None)
+    assert proposer_lm("served", FakeBackend(ScriptedLM([]))).model == "base"
