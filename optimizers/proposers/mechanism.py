@@ -24,7 +24,7 @@ from optimizers.proposers.context import history_tokens, raw_trace, sample_trace
 from optimizers.proposers.edits import EDITS, Edit, few_shot_edit, module_constant, set_constant
 from optimizers.proposers.usage import UsageMeter
 from whale_dspy.harness import HarnessSource
-from whale_dspy.records import ProposerUsage
+from whale_dspy.records import ProposerUsage, Rollout
 from whale_dspy.seeding import derive_seed
 
 log = logging.getLogger(__name__)
@@ -88,7 +88,8 @@ class MechanismProposer:
     ) -> HarnessSource | None:
         """One LM choice among the mechanisms that apply to `parent` and give code not yet archived."""
         code = archive.source(parent).code
-        offered = {edit.name: edit for edit in self._edits(archive, parent) if edit.name not in chosen}
+        traces = archive.traces(parent)  # read once: both the few-shot demos and the LM's context use it
+        offered = {edit.name: edit for edit in self._edits(parent, traces) if edit.name not in chosen}
         applicable: dict[str, tuple[Edit, str]] = {}
         for name, edit in offered.items():
             edited = edit.apply(code, random.Random(rollout_id))
@@ -98,7 +99,7 @@ class MechanismProposer:
             return None
         rng = random.Random(rollout_id)
         menu = {name: edit for name, (edit, _) in applicable.items()}
-        answer = self._ask(code, self._results(archive, parent, rng), menu, rollout_id)
+        answer = self._ask(code, self._results(archive, parent, traces, rng), menu, rollout_id)
         if answer is None:
             return None
         name, sentence = answer
@@ -111,14 +112,16 @@ class MechanismProposer:
             edited = self._instructions(code, sentence) or edited
         return HarnessSource(f"{parent}-{name}", edited, parent, edit.hypothesis)
 
-    def _edits(self, archive: HarnessArchive, parent: str) -> list[Edit]:
+    def _edits(self, parent: str, traces: list[Rollout]) -> list[Edit]:
         if self.prompt_only:
             return [edit for edit in EDITS if edit.prompt_only]
-        shots = few_shot_edit(archive.traces(parent), random.Random(derive_seed("demos", self.seed, parent)))
+        shots = few_shot_edit(traces, random.Random(derive_seed("demos", self.seed, parent)))
         return [*EDITS, *([shots] if shots is not None else [])]
 
-    def _results(self, archive: HarnessArchive, parent: str, rng: random.Random) -> str:
-        traces = sample_traces(archive.traces(parent), self.traces, rng)
+    def _results(
+        self, archive: HarnessArchive, parent: str, traces: list[Rollout], rng: random.Random
+    ) -> str:
+        traces = sample_traces(traces, self.traces, rng)
         parts = [summary_line(archive.get(parent))]
         parts += [f"## trace: task {r.task_id}, score {r.score}\n{raw_trace(r, TRACE_CHARS)}" for r in traces]
         return "\n".join(parts)
