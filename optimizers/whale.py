@@ -181,6 +181,7 @@ class WhaleOptimizer(Teleprompter):
             RUN_RESUMED if recorder.state.events else RUN_STARTED,
             rollouts=recorder.state.spend.rollouts,
             served_model=self.backend.served_model(),  # what ran, on this machine, this time
+            serving=self.backend.serving(),
             environment=environment(),
         )
         return recorder

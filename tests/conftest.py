@@ -27,11 +27,28 @@ def smollm2_dir() -> str:
 
 @pytest.fixture(scope="session")
 def embedded_server(smollm2_dir: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator:
-    """A started VLLMServer serving SmolLM2 as 'base'; stopped (and checked for orphans) at session end."""
+    """A started VLLMServer serving SmolLM2 as 'base' with runtime LoRA adapters."""
     from whale_dspy.backends import embedded_server as make_server
+
+    yield from _serving(
+        make_server(smollm2_dir, run_dir=tmp_path_factory.mktemp("embedded-server"), adapters="runtime")
+    )
+
+
+@pytest.fixture(scope="session")
+def merged_server(smollm2_dir: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator:
+    """A started MergedAdapterServer (adapters folded into the weights), the CPU runs' default."""
+    from whale_dspy.backends import embedded_server as make_server
+
+    yield from _serving(
+        make_server(smollm2_dir, run_dir=tmp_path_factory.mktemp("merged-server"), adapters="merged")
+    )
+
+
+def _serving(server) -> Iterator:
+    """Start, yield, stop, and check that no vLLM process was left behind."""
     from whale_dspy.backends.process import group_members
 
-    server = make_server(smollm2_dir, run_dir=tmp_path_factory.mktemp("embedded-server"))
     server.start()
     pgid = server.pid
     try:

@@ -43,7 +43,8 @@ class InferenceBackend(Protocol):
     """Serves the base model plus named LoRA adapters over the OpenAI API.
 
     `base_model`: the base weights' folder or id that a trainer loads (None until known: a remote
-    server's, say); `served_model()`: the model the server itself says it serves, for the records.
+    server's, say); `served_model()`: the model the server itself says it serves, and `serving()`:
+    how it serves it (dtype, prefill, how adapters are served), both for the records.
     """
 
     base_model: str | None
@@ -51,6 +52,8 @@ class InferenceBackend(Protocol):
     def start(self) -> None: ...
 
     def served_model(self) -> str: ...
+
+    def serving(self) -> dict[str, Any]: ...
 
     def stop(self) -> None: ...
 

@@ -94,6 +94,10 @@ class RemoteServer:
                 return str(model.get("root") or model["id"])
         raise BackendError(f"the server at {self._url} serves no model named {self.served_name!r}")
 
+    def serving(self) -> dict[str, Any]:
+        """How this server serves, as far as a client knows: someone else started it."""
+        return {"server": "remote", "url": self.url, "adapters": "runtime"}
+
     def start(self) -> None:
         """Nothing to start: the server is someone else's."""
 

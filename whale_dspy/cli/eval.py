@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import time
 from pathlib import Path
+from typing import Any
 
 import dspy
 
@@ -80,6 +81,7 @@ def run(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     with served(backend_for_model(args.model, out, args.server_url)) as backend:
         model_served = backend.served_model()  # what ran, whatever --model said
+        serving = backend.serving()
         adapter_name = None
         if args.adapter:
             adapter_name = f"eval-{Path(args.adapter).name}-{int(time.time())}"
@@ -100,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
                 on_rollout=lambda rollout: advance(),
                 temperature=args.temperature,
             )
-    _write_and_print(report, out, args, source, model_served)
+    _write_and_print(report, out, args, source, model_served, serving)
     return 0
 
 
@@ -114,7 +116,12 @@ def _progress(total: int):
 
 
 def _write_and_print(
-    report: EvalReport, out: Path, args: argparse.Namespace, harness: HarnessSource, served: str
+    report: EvalReport,
+    out: Path,
+    args: argparse.Namespace,
+    harness: HarnessSource,
+    served: str,
+    serving: dict[str, Any],
 ) -> None:
     """report.json and the table; `served` is the model the server said it serves."""
     from rich.console import Console
@@ -124,6 +131,7 @@ def _write_and_print(
 
     meta = {"domain": args.domain, "harness": harness.name, "split": args.split, "model": served}
     meta["contained"] = not harness.trusted  # unvouched code ran in the sandbox
+    meta["serving"] = serving
     meta["environment"] = environment()
     atomic_write_json(out / "report.json", {**meta, "output_format": args.output_format, **report.to_dict()})
     where = "sandboxed" if meta["contained"] else "in process"

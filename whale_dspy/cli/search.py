@@ -229,6 +229,7 @@ def search(
     }
     console.print(test_table(results, args.eval_k))
     record = {"search": asdict(best.report), "test": results, "served_model": backend.served_model()}
+    record["serving"] = backend.serving()
     record["environment"] = environment()
     if best_label in reports:  # a best unlike h0, on the same tasks and sample ids: pair them
         gain = paired_gain(reports["h0"].per_task, reports[best_label].per_task)

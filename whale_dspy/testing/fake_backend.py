@@ -26,6 +26,9 @@ class FakeBackend:
     def served_model(self) -> str:
         return self.base_name
 
+    def serving(self) -> dict[str, Any]:
+        return {"server": "fake", "adapters": "runtime"}
+
     def start(self) -> None:
         self.running = True
 

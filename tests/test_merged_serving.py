@@ -1,0 +1,234 @@
+"""Merged adapter serving without a server: the LoRA fold against PEFT's own merge, the weights
+gate under concurrent calls, and how the merged server is launched and refuses what it cannot do."""
+
+from __future__ import annotations
+
+import copy
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from whale_dspy.backends.lora_merge import SafetensorsFolder, lora_deltas, replacement_weights
+from whale_dspy.backends.merged_server import MergedAdapterServer
+from whale_dspy.backends.vllm_server import VLLMServer, embedded_server
+from whale_dspy.backends.vllm_worker import _layers_to_rebuild
+from whale_dspy.backends.weights_gate import WeightsGate
+from whale_dspy.errors import BackendError
+from whale_dspy.records import AdapterRef
+
+
+@pytest.fixture(scope="module")
+def tiny_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A two-layer random Llama saved as safetensors, the shape of our embedded models' folders."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2,
+    )  # fmt: skip
+    folder = tmp_path_factory.mktemp("tiny-llama")
+    LlamaForCausalLM(config).save_pretrained(folder)
+    return folder
+
+
+def peft_adapter(base: Path, out: Path, *, targets: list[str], rslora: bool = False, seed: int = 1) -> Path:
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_pretrained(base)
+    config = LoraConfig(r=4, lora_alpha=8, target_modules=targets, init_lora_weights=False, use_rslora=rslora)
+    get_peft_model(model, config).save_pretrained(out)
+    return out
+
+
+def peft_merged(base: Path, adapter: Path) -> dict:
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    merged = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base), adapter).merge_and_unload()
+    return merged.state_dict()
+
+
+@pytest.mark.parametrize("rslora", [False, True])
+def test_the_fold_matches_peft_merge_and_touches_only_the_targets(
+    tiny_llama: Path, tmp_path: Path, rslora: bool
+) -> None:
+    import torch
+
+    adapter = peft_adapter(tiny_llama, tmp_path / "adapter", targets=["q_proj", "v_proj"], rslora=rslora)
+    weights = replacement_weights(lora_deltas(adapter), SafetensorsFolder(tiny_llama))
+    expected = peft_merged(tiny_llama, adapter)
+    assert sorted(weights) == sorted(
+        f"model.layers.{i}.self_attn.{m}.weight" for i in range(2) for m in ("q_proj", "v_proj")
+    )
+    base = SafetensorsFolder(tiny_llama)
+    for name, tensor in weights.items():
+        torch.testing.assert_close(tensor, expected[name])
+        assert not torch.equal(tensor, base.tensor(name))  # the adapter does change it
+
+
+def test_a_new_adapter_reverts_what_only_the_previous_one_changed(tiny_llama: Path, tmp_path: Path) -> None:
+    import torch
+
+    first = lora_deltas(peft_adapter(tiny_llama, tmp_path / "a", targets=["q_proj", "v_proj"]))
+    second = lora_deltas(peft_adapter(tiny_llama, tmp_path / "b", targets=["q_proj"], seed=2))
+    base = SafetensorsFolder(tiny_llama)
+    weights = replacement_weights(second, base, reverted=set(first))
+    v_proj = "model.layers.0.self_attn.v_proj.weight"
+    assert torch.equal(weights[v_proj], base.tensor(v_proj))  # v back to the base
+    assert set(weights) == set(first)  # q replaced by the second adapter's, v reverted
+    assert replacement_weights({}, base, reverted=set(first)).keys() == set(
+        first
+    )  # and all back for the base
+
+
+def test_an_adapter_beyond_plain_lora_is_refused_before_it_is_served(
+    tiny_llama: Path, tmp_path: Path
+) -> None:
+    adapter = peft_adapter(tiny_llama, tmp_path / "dora", targets=["q_proj"])
+    config = json.loads((adapter / "adapter_config.json").read_text())
+    (adapter / "adapter_config.json").write_text(json.dumps({**config, "use_dora": True}))
+    with pytest.raises(BackendError, match="use_dora: merged serving folds plain LoRA only"):
+        lora_deltas(adapter)
+
+
+def test_fused_layers_are_rebuilt_from_all_their_shards() -> None:
+    class Model:
+        packed_modules_mapping = {
+            "qkv_proj": ["q_proj", "k_proj", "v_proj"],
+            "gate_up_proj": ["gate_proj", "up_proj"],
+        }
+
+    changed = dict.fromkeys(
+        [
+            "model.layers.0.self_attn.q_proj.weight",
+            "model.layers.0.self_attn.v_proj.weight",
+            "model.layers.1.mlp.down_proj.weight",
+        ]
+    )
+    assert _layers_to_rebuild(Model(), changed) == {
+        "model.layers.0.self_attn.qkv_proj": ["q_proj", "k_proj", "v_proj"],
+        "model.layers.1.mlp.down_proj": ["down_proj"],
+    }
+
+
+class RecordingSwaps:
+    """A swap that takes time and checks that no call was in flight on the old weights."""
+
+    def __init__(self) -> None:
+        self.in_flight = 0
+        self.lock = threading.Lock()
+        self.swapped_with_calls_in_flight = 0
+        self.history: list[object] = []
+
+    def __call__(self, weights: object) -> None:
+        with self.lock:
+            self.swapped_with_calls_in_flight += self.in_flight
+        time.sleep(0.01)
+        self.history.append(weights)
+
+
+def test_calls_run_only_on_their_weights_and_a_swap_waits_for_calls_in_flight() -> None:
+    swaps = RecordingSwaps()
+    gate = WeightsGate(swaps)
+    wrong = []
+
+    def call(weights: str | None) -> None:
+        with gate.serving(weights):
+            with swaps.lock:
+                swaps.in_flight += 1
+            if gate.current != weights:
+                wrong.append(weights)
+            time.sleep(0.002)
+            with swaps.lock:
+                swaps.in_flight -= 1
+
+    threads = [threading.Thread(target=call, args=(["a", "b", None][i % 3],)) for i in range(60)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert wrong == []
+    assert swaps.swapped_with_calls_in_flight == 0
+    assert gate.swaps == len(swaps.history) >= 2  # it did swap between the three
+
+
+def test_calls_on_the_served_weights_never_swap() -> None:
+    swaps = RecordingSwaps()
+    gate = WeightsGate(swaps, current="a")
+    for _ in range(5):
+        with gate.serving("a"):
+            pass
+    assert swaps.history == [] and gate.swaps == 0
+
+
+def test_a_failed_swap_is_tried_again_by_the_next_call() -> None:
+    attempts = []
+
+    def flaky(weights: object) -> None:
+        attempts.append(weights)
+        if len(attempts) == 1:
+            raise BackendError("the server refused the weights")
+
+    gate = WeightsGate(flaky)
+    with pytest.raises(BackendError):
+        gate.switch("a")
+    with gate.serving(None):  # the base again: the half-swapped server is not trusted to hold it
+        pass
+    assert attempts == ["a", None] and gate.current is None
+
+
+def test_the_merged_server_launches_without_runtime_lora_and_with_our_worker_extension(
+    tmp_path: Path,
+) -> None:
+    server = MergedAdapterServer("m", log_path=tmp_path / "log", cpu=True)
+    argv = server._argv("/models/m", 8000)
+    assert "--enable-lora" not in argv
+    assert (
+        argv[argv.index("--worker-extension-cls") + 1] == "whale_dspy.backends.vllm_worker.WeightReplacement"
+    )
+    assert server._env()["VLLM_SERVER_DEV_MODE"] == "1"
+    assert server.serving()["adapters"] == "merged"
+
+
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        ({"cpu": True}, MergedAdapterServer),
+        ({"cpu": False}, VLLMServer),
+        ({"cpu": True, "command": ["vllm"]}, VLLMServer),
+    ],
+)
+def test_a_runs_own_server_merges_adapters_on_the_cpu_build_when_it_runs_here(
+    tmp_path: Path, options: dict, expected: type
+) -> None:
+    assert type(embedded_server("m", run_dir=tmp_path, **options)) is expected
+    assert type(embedded_server("m", run_dir=tmp_path, adapters="runtime", cpu=True)) is VLLMServer
+
+
+def test_the_merged_server_refuses_unknown_adapters_and_dspy_caching(tmp_path: Path) -> None:
+    server = MergedAdapterServer("m", log_path=tmp_path / "log", cpu=True)
+    server._url = "http://127.0.0.1:1"
+    server._process = object()  # type: ignore[assignment]  # "started", for lm()'s url
+    with pytest.raises(BackendError, match="not loaded"):
+        server.lm("never-loaded")
+    with pytest.raises(BackendError, match="cache would mix them"):
+        server.lm(cache=True)
+    with pytest.raises(BackendError, match="not a PEFT adapter"):
+        server.load_adapter(AdapterRef("a1", str(tmp_path), "m"))
+
+
+def test_copies_of_a_bound_lm_share_the_one_gate(tmp_path: Path) -> None:
+    from whale_dspy.backends.bound_lm import WeightsBoundLM
+
+    gate = WeightsGate(lambda weights: None)
+    lm = WeightsBoundLM("whale-vllm/base", gate=gate, weights="a1", api_base="http://x/v1", api_key="EMPTY")
+    assert lm.copy(max_tokens=7).gate is gate
+    assert copy.deepcopy(lm).gate is gate

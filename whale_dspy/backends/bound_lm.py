@@ -1,0 +1,38 @@
+"""A dspy.LM whose every call runs while its server serves the weights it is bound to.
+
+Imported only when a merged-serving server hands out an LM (it needs dspy at import time).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dspy
+
+from whale_dspy.backends.weights_gate import Weights, WeightsGate
+
+
+class WeightsBoundLM(dspy.LM):
+    """`dspy.LM` plus a gate: every call, sync or async, holds `weights` served (see weights_gate).
+
+    Only the public calls are wrapped: overriding `forward` would make DSPy treat this LM as a
+    legacy custom engine.
+    """
+
+    def __init__(self, model: str, *, gate: WeightsGate, weights: Weights, **kwargs: Any) -> None:
+        super().__init__(model, **kwargs)
+        self.gate = gate
+        self.weights = weights
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        with self.gate.serving(self.weights):
+            return super().__call__(*args, **kwargs)
+
+    async def acall(self, *args: Any, **kwargs: Any) -> Any:
+        import asyncio
+
+        await asyncio.to_thread(self.gate.acquire, self.weights)
+        try:
+            return await super().acall(*args, **kwargs)
+        finally:
+            self.gate.release()
