@@ -13,9 +13,18 @@ model gets about one rollout in five right; on the real domains base SmolLM2
 accepts nothing. --tiny runs the same code on the shipped doubles (scripted
 LM, fake backend, fake trainer) in seconds: CI runs it so the script cannot rot.
 
+With --compare servers it instead runs the sandboxed step on two servers of its
+own, alternating: "before" with the settings a run's server had before issue 22
+(runtime LoRA, whole-prompt prefill) and "after" with today's defaults
+(`embedded_server()`), and after each trained step evaluates the harness through
+the new adapter on the step's tasks (a harness candidate's evaluation in the
+next phase); it prints the after/before ratios of sampling, adapter evaluation
+and the whole step.
+
     python bench/rft_step.py
     python bench/rft_step.py --repeats 2 --server-url http://127.0.0.1:8000
-    python bench/rft_step.py --tiny
+    python bench/rft_step.py --compare servers --repeats 2
+    python bench/rft_step.py --tiny [--compare servers]
 """
 
 from __future__ import annotations
@@ -36,6 +45,7 @@ from typing import Any
 import dspy
 
 MODES = ("in-process", "sandboxed")
+SERVERS = ("before", "after")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -51,31 +61,38 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--max-steps", dest="max_steps", type=int, default=3, help="steps to try for one that trains"
     )
     parser.add_argument("--repeats", type=int, default=1, help="rounds of (in-process, sandboxed)")
+    parser.add_argument(
+        "--compare", choices=("modes", "servers"), default="modes",
+        help="in-process against sandboxed sampling, or pre-issue-22 server settings against today's",
+    )  # fmt: skip
     parser.add_argument("--run-dir", dest="run_dir", type=Path, default=None)
     return parser.parse_args(argv)
 
 
 @contextlib.contextmanager
-def served(args: argparse.Namespace, run_path: Path) -> Iterator[Any]:
-    """The backend the steps sample from: the shipped fake (--tiny), a running server, or our own."""
+def served(args: argparse.Namespace, run_path: Path) -> Iterator[dict[str, Any]]:
+    """The backends the steps sample from, by label: one for --compare modes (the shipped fake with
+    --tiny, a running server, or our own), "before" and "after" servers for --compare servers."""
     if args.tiny:
         from whale_dspy.testing import FakeBackend, ScriptedLM
 
-        yield FakeBackend(ScriptedLM({"": '{"answer": "apple"}'}))  # right on the task "apple" only
+        labels = SERVERS if args.compare == "servers" else ("server",)
+        yield {
+            label: FakeBackend(ScriptedLM({"": '{"answer": "apple"}'})) for label in labels
+        }  # "apple" only
         return
-    from whale_dspy.backends import RemoteServer, embedded_server
+    from whale_dspy.backends import RemoteServer, VLLMServer, embedded_server
     from whale_dspy.models import resolve_model
 
-    server = (
-        RemoteServer(args.server_url, base_model=resolve_model(args.model))
-        if args.server_url
-        else embedded_server(args.model, run_dir=run_path)
-    )
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
+    if args.compare == "servers":
+        before = VLLMServer(args.model, log_path=run_path / "before-vllm.log", chunked_prefill=False)
+        servers = {"before": before, "after": embedded_server(args.model, run_dir=run_path)}
+    elif args.server_url:
+        servers = {"server": RemoteServer(args.server_url, base_model=resolve_model(args.model))}
+    else:
+        servers = {"server": embedded_server(args.model, run_dir=run_path)}
+    with contextlib.ExitStack() as stack:
+        yield {label: stack.enter_context(server) for label, server in servers.items()}
 
 
 def evaluator_for(mode: str, threads: int) -> Any:
@@ -115,11 +132,19 @@ def run_steps(
     trainset = echo_tasks(WORDS[: args.batch_size * args.max_steps])
     adapter = dspy.JSONAdapter() if args.output_format == "json" else None
     with dspy.context(adapter=adapter):
-        for signal, _ in rft.steps(HarnessProgram(PLAIN_PREDICT, Echo), trainset):
+        for signal, program in rft.steps(HarnessProgram(PLAIN_PREDICT, Echo), trainset):
             if signal.skipped is None:
                 event = run_dir.events("rft_step")[-1]
                 latency = first_answer_seconds(backend, signal.adapter.name)
-                return {**event, "mode": mode, "label": label, "first_answer": latency}
+                tasks = trainset[signal.step * args.batch_size : (signal.step + 1) * args.batch_size]
+                evaluation = adapter_evaluation_seconds(program, tasks, args.k, mode, config.threads)
+                return {
+                    **event,
+                    "mode": mode,
+                    "label": label,
+                    "first_answer": latency,
+                    "adapter_eval": evaluation,
+                }
             if signal.step + 1 >= args.max_steps:
                 break
     raise SystemExit(f"no step trained in {args.max_steps} steps (nothing accepted?): see {run_dir.path}")
@@ -129,6 +154,18 @@ def first_answer_seconds(backend: Any, adapter: str) -> float:
     """Latency of one 1-token request through the new adapter: the swap is done when this returns."""
     started = time.perf_counter()
     backend.lm(adapter=adapter, max_tokens=1, temperature=0.0)("ping")
+    return time.perf_counter() - started
+
+
+def adapter_evaluation_seconds(program: Any, tasks: list[Any], k: int, mode: str, threads: int) -> float:
+    """Time of one evaluation through the new adapter, as the next harness phase would run one."""
+    from whale_dspy.testing.echo import echo_metric
+
+    started = time.perf_counter()
+    evaluator = evaluator_for(mode, threads)
+    evaluator.evaluate(
+        program, tasks, metric=echo_metric, lm=program.bound_lm, k=k, namespace="bench-adapter"
+    )
     return time.perf_counter() - started
 
 
@@ -162,21 +199,35 @@ def print_run(event: dict[str, Any]) -> None:
         "swap": event["load_seconds"],
     }
     total = event["seconds"]
+    side = event["mode"] if event["server"] == "server" else event["server"]
     print(
-        f"[{event['mode']}] RFT step {event['step']}: {event['rollouts']} rollouts, "
+        f"[{side}] RFT step {event['step']}: {event['rollouts']} rollouts, "
         f"{event['accepted']} accepted, {event['sft_examples']} SFT examples, step {total:.2f} s, "
         + ", ".join(f"{name} {seconds:.2f} s ({seconds / total:.0%})" for name, seconds in parts.items())
         + f", first answer through the adapter {event['first_answer']:.3f} s"
+        + f", evaluation through it {event['adapter_eval']:.2f} s"
     )
 
 
-def print_ratios(events: list[dict[str, Any]]) -> None:
-    def median(mode: str, key: str) -> float:
-        return statistics.median(e[key] for e in events if e["mode"] == mode)
+def print_ratios(events: list[dict[str, Any]], compare: str) -> None:
+    """Medians per side; for servers the speed-up after/before (a time ratio before/after)."""
+    side = "server" if compare == "servers" else "mode"
+    first, second = ("before", "after") if compare == "servers" else ("in-process", "sandboxed")
 
-    for key, label in (("rollout_seconds", "sampling"), ("seconds", "whole step")):
-        inside, outside = median("sandboxed", key), median("in-process", key)
-        print(f"{label}: sandboxed {inside:.2f} s / in-process {outside:.2f} s = {inside / outside:.3f}")
+    def median(value: str, key: str) -> float:
+        return statistics.median(e[key] for e in events if e[side] == value)
+
+    keys = (
+        ("rollout_seconds", "sampling"),
+        ("adapter_eval", "adapter evaluation"),
+        ("seconds", "whole step"),
+    )
+    for key, label in keys:
+        a, b = median(first, key), median(second, key)
+        if compare == "servers":
+            print(f"{label}: before {a:.2f} s, after {b:.2f} s: {a / b:.2f}x as fast")
+        else:
+            print(f"{label}: sandboxed {b:.2f} s / in-process {a:.2f} s = {b / a:.3f}")
     cores = len(os.sched_getaffinity(0))
     print(f"machine: {platform.machine()}, {cores} cores, load average {os.getloadavg()[0]:.1f}")
 
@@ -187,12 +238,17 @@ def main(argv: list[str] | None = None) -> int:
     run_path = args.run_dir or Path("runs") / f"bench-rft-step-{time.strftime('%Y%m%d-%H%M%S')}"
     run_path.mkdir(parents=True, exist_ok=True)
     events = []
-    with served(args, run_path) as backend:
+    with served(args, run_path) as backends:
         for repeat in range(args.repeats):
-            for mode in MODES:
-                events.append(run_steps(args, backend, run_path, mode, label=f"{mode}-{repeat}"))
+            if args.compare == "servers":
+                runs = [(backends[name], "sandboxed", name) for name in SERVERS]
+            else:
+                runs = [(backends["server"], mode, "server") for mode in MODES]
+            for backend, mode, server in runs:
+                label = f"{server}-{repeat}" if args.compare == "servers" else f"{mode}-{repeat}"
+                events.append({**run_steps(args, backend, run_path, mode, label=label), "server": server})
                 print_run(events[-1])
-    print_ratios(events)
+    print_ratios(events, args.compare)
     identical = print_agreement(events, run_path)
     return 0 if identical or not args.tiny else 1  # the doubles are deterministic: any drift is a bug
 

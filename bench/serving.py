@@ -11,12 +11,20 @@ both and their ratio (goal >= 0.9) show what the DSPy layer costs.
 With `--dtypes float32 bfloat16` it instead serves the base model in both
 dtypes at once and compares their raw HTTP throughput the same way (how the
 default dtype was chosen).
+
+With `--before-after` it serves the model twice at once: A with the settings a
+run's own server had before issue 22 (runtime LoRA, whole-prompt prefill), B with
+today's defaults (`embedded_server()`: on the CPU build the adapter merged into
+the weights, chunked prefill), and sends both the same requests through DSPy,
+for the base and a random adapter; it also times each adapter load (written to
+served) and prints each server's adapter/base throughput (goal >= 0.8).
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import logging
 import os
 import platform
 import tempfile
@@ -101,6 +109,40 @@ def dspy_vs_http(args: argparse.Namespace) -> list[tuple]:
     return rows
 
 
+def before_after(args: argparse.Namespace) -> list[tuple]:
+    from whale_dspy.backends import VLLMServer
+    from whale_dspy.backends.merged_server import MergedAdapterServer
+
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
+        before = VLLMServer(
+            args.model, log_path=Path(tmp) / "before.log", chunked_prefill=False, kv_cache_gib=1
+        )
+        after = embedded_server(args.model, run_dir=Path(tmp), kv_cache_gib=1)
+        servers = [stack.enter_context(server) for server in (before, after)]
+        ref = make_random_adapter(after.base_model, Path(tmp) / "bench-r00", name="bench-r00")
+        for server in servers:
+            started = time.perf_counter()
+            server.load_adapter(ref)
+            print(
+                f"{type(server).__name__}: adapter written -> served in {time.perf_counter() - started:.3f} s"
+            )
+        for adapter in (None, ref.name):
+            for level in args.levels:
+                for server in servers:
+                    dspy_runner(server, adapter, level, 4)(prompts(level, -level))  # warm-up (and swap)
+                runners = [dspy_runner(server, adapter, level, args.max_tokens) for server in servers]
+                rows.append((adapter or "base", level, max(level, 2), *abba(*runners, level)))
+                print("{} c={} n={}: before {:.1f} tok/s, after {:.1f} tok/s".format(*rows[-1]), flush=True)
+        if isinstance(after, MergedAdapterServer):
+            print(f"merged serving: {after.gate.swaps} swaps, {after.gate.swap_seconds:.2f} s in all")
+    by_key = {(row[0], row[1]): row for row in rows}
+    for level in args.levels:
+        base, adapter = by_key[("base", level)], by_key[(ref.name, level)]
+        print(f"c={level}: adapter/base before {adapter[3] / base[3]:.2f}, after {adapter[4] / base[4]:.2f}")
+    return rows
+
+
 def dtype_vs_dtype(args: argparse.Namespace) -> list[tuple]:
     rows = []
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
@@ -122,13 +164,25 @@ def main() -> None:
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--dtype", default=None, help="default: the backend's default_dtype()")
     parser.add_argument("--dtypes", nargs=2, default=None, help="compare two dtypes instead")
+    parser.add_argument(
+        "--before-after", action="store_true", help="compare pre-issue-22 and today's defaults"
+    )
     parser.add_argument("--levels", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--max-tokens", type=int, default=64)
     args = parser.parse_args()
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    rows = dtype_vs_dtype(args) if args.dtypes else dspy_vs_http(args)
+    logging.getLogger("dspy").setLevel(logging.ERROR)  # one "truncated" warning per capped completion
+    rows = (
+        dtype_vs_dtype(args)
+        if args.dtypes
+        else before_after(args)
+        if args.before_after
+        else dspy_vs_http(args)
+    )
     stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
     what = " vs ".join(args.dtypes) if args.dtypes else f"{args.dtype or default_dtype()}, HTTP vs DSPy"
+    if args.before_after:
+        what = f"{default_dtype()}, A = before issue 22 (runtime LoRA, whole prefill), B = today's defaults"
     print(f"\n{stamp}, {platform.machine()}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}, "
           f"{args.model}, {what}, {args.max_tokens}-token completions, A-B-B-A rounds\n")  # fmt: skip
     print("| served | concurrency | requests/round | A tok/s | B tok/s | B/A | tokens (A/B) |")

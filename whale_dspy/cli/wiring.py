@@ -16,6 +16,7 @@ from typing import Any
 
 import dspy
 
+from whale_dspy.backends.vllm_server import ADAPTER_SERVING
 from whale_dspy.errors import ConfigError
 from whale_dspy.harness import HarnessProgram, HarnessSource
 from whale_dspy.protocols import Domain, InferenceBackend
@@ -51,10 +52,17 @@ class RunSettings:
     agent_env: tuple[str, ...] = ()
     agent_network: bool = False
     """What the jail of a `command:` proposer's agent grants (see `add_agent_arguments`)."""
+    adapters: str = "auto"
+    """How the run's own server serves adapters: "merged" into the weights (no per-token LoRA
+    cost; the CPU build's "auto"), or "runtime" LoRA by name (GPUs' "auto")."""
 
     def __post_init__(self) -> None:
         if self.preset not in PRESETS:
             raise ConfigError(f"unknown preset {self.preset!r}; valid presets are {', '.join(PRESETS)}")
+        if self.adapters not in ADAPTER_SERVING:
+            raise ConfigError(
+                f"unknown adapter serving {self.adapters!r}; valid: {', '.join(ADAPTER_SERVING)}"
+            )
         object.__setattr__(self, "agent_read", tuple(str(Path(p).resolve()) for p in self.agent_read))
         object.__setattr__(self, "agent_env", tuple(self.agent_env))
 
@@ -129,6 +137,10 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, method: bool = True, s
     parser.add_argument(
         "--server-url", dest="server_url", help="reuse a running `whale serve` server (not recorded)"
     )
+    parser.add_argument(
+        "--adapters", choices=ADAPTER_SERVING,
+        help="the run's own server: adapters merged into the weights or runtime LoRA (auto: merged on CPU)",
+    )  # fmt: skip
 
 
 def agent_jail(read: Sequence[str], env: Sequence[str], network: bool) -> Any:
@@ -185,18 +197,24 @@ def name_part(text: str, default: str) -> str:
 
 
 def make_backend(settings: RunSettings, log_dir: Path, server_url: str | None = None) -> InferenceBackend:
-    return backend_for_model(settings.model, log_dir, server_url)
+    return backend_for_model(settings.model, log_dir, server_url, adapters=settings.adapters)
 
 
-def backend_for_model(model: str, log_dir: Path, server_url: str | None = None) -> InferenceBackend:
+def backend_for_model(
+    model: str, log_dir: Path, server_url: str | None = None, *, adapters: str = "auto"
+) -> InferenceBackend:
     """A running server at `server_url` serving `model`, or an embedded one (started by the caller)."""
     from whale_dspy.backends import RemoteServer, embedded_server
     from whale_dspy.models import resolve_model
 
     if server_url:
+        if adapters == "merged":
+            raise ConfigError(
+                "--adapters merged needs the run's own server: a shared --server-url serves runtime LoRA"
+            )
         return RemoteServer(server_url, base_model=resolve_model(model))
     log_dir.mkdir(parents=True, exist_ok=True)
-    return embedded_server(model, run_dir=log_dir)
+    return embedded_server(model, run_dir=log_dir, adapters=adapters)
 
 
 def student_of(
