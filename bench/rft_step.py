@@ -15,7 +15,7 @@ LM, fake backend, fake trainer) in seconds: CI runs it so the script cannot rot.
 
 With --compare servers it instead runs the sandboxed step on two servers of its
 own, alternating: "before" with the settings a run's server had before issue 22
-(runtime LoRA, whole-prompt prefill) and "after" with today's defaults
+(runtime LoRA, whole-prompt prefill, a one-thread trainer) and "after" with today's defaults
 (`embedded_server()`), and after each trained step evaluates the harness through
 the new adapter on the step's tasks (a harness candidate's evaluation in the
 next phase); it prints the after/before ratios of sampling, adapter evaluation
@@ -105,9 +105,15 @@ def evaluator_for(mode: str, threads: int) -> Any:
 
 
 def run_steps(
-    args: argparse.Namespace, backend: Any, run_path: Path, mode: str, label: str
+    args: argparse.Namespace,
+    backend: Any,
+    run_path: Path,
+    mode: str,
+    label: str,
+    trainer_threads: int | None = None,
 ) -> dict[str, Any]:
-    """RFT steps until one trains, sampling in `mode`; that step's event plus the swap latency."""
+    """RFT steps until one trains, sampling in `mode`; that step's event plus the swap latency.
+    `trainer_threads`: the CPU trainer's (None: LoraTrainer's default)."""
     from optimizers import RejectionSamplingFinetune, RFTConfig
     from whale_dspy.harness import HarnessProgram
     from whale_dspy.rundir import RunDir
@@ -122,7 +128,7 @@ def run_steps(
     run_dir = RunDir.open(run_path / label, {"bench": "rft_step", "mode": mode, "rft": config.to_dict()})
     rft = RejectionSamplingFinetune(
         backend=backend,
-        trainer=FakeTrainer() if args.tiny else LoraTrainer(config.training),
+        trainer=FakeTrainer() if args.tiny else LoraTrainer(config.training, cpu_threads=trainer_threads),
         metric=echo_metric,
         config=config,
         run_dir=run_dir,
@@ -246,7 +252,9 @@ def main(argv: list[str] | None = None) -> int:
                 runs = [(backends["server"], mode, "server") for mode in MODES]
             for backend, mode, server in runs:
                 label = f"{server}-{repeat}" if args.compare == "servers" else f"{mode}-{repeat}"
-                events.append({**run_steps(args, backend, run_path, mode, label=label), "server": server})
+                threads = 1 if server == "before" else None  # before issue 22 the trainer took one core
+                event = run_steps(args, backend, run_path, mode, label=label, trainer_threads=threads)
+                events.append({**event, "server": server})
                 print_run(events[-1])
     print_ratios(events, args.compare)
     identical = print_agreement(events, run_path)

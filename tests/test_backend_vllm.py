@@ -58,14 +58,17 @@ def test_json_schema_constrained_decoding_is_honoured(embedded_server) -> None:
     assert isinstance(prediction.answer, int)  # the server kept the reply inside the schema
 
 
-def test_the_same_rollout_ids_redraw_the_same_samples_at_temperature_one(embedded_server) -> None:
+@pytest.mark.parametrize("server_fixture", ["embedded_server", "merged_server"])
+def test_the_same_rollout_ids_redraw_the_same_samples_at_temperature_one(
+    server_fixture: str, request: pytest.FixtureRequest
+) -> None:
     from whale_dspy.evaluation import evaluate
     from whale_dspy.harness import HarnessProgram, HarnessSource
 
     code = "import dspy\ndef build(signature, tools):\n    return dspy.Predict(signature)\n"
     program = HarnessProgram(HarnessSource("direct", code).vouched(), dspy.Signature("question -> answer"))
     task = dspy.Example(task_id="t0", question=QUESTION, answer="red").with_inputs("question")
-    lm = embedded_server.lm(max_tokens=48)
+    lm = request.getfixturevalue(server_fixture).lm(max_tokens=48)
 
     def completions(namespace: str) -> list[str]:
         # One request at a time: bf16 numerics follow the batch's shape, and under a loaded CPU the

@@ -221,3 +221,20 @@ def test_wiring_builds_the_real_phases_with_their_rollout_bounds(tmp_path, metho
     assert optimizer.evaluator.limits.candidate_seconds > meta.evaluator.limits.candidate_seconds
     # every checkpoint is measured under the completion budget the weight phase samples with
     assert optimizer.sampling == {"temperature": rft.config.temperature, "max_tokens": rft.config.max_tokens}
+
+
+def test_the_trainer_takes_one_core_beside_a_shared_server_and_all_beside_its_own(tmp_path):
+    """A `--server-url` server may sample for other runs while this one trains."""
+    import os
+
+    from whale_dspy.backends import RemoteServer, VLLMServer
+    from whale_dspy.cli.wiring import load_data, make_optimizer
+
+    settings = run.RunSettings(domain="math", budget=100, train_limit=8, search_limit=4, test_limit=2)
+    data = load_data(settings)
+    shared = make_optimizer(
+        settings, tmp_path / "a", RemoteServer("http://127.0.0.1:9", base_model="b"), data
+    )
+    own = make_optimizer(settings, tmp_path / "b", VLLMServer("m", log_path=tmp_path / "log"), data)
+    assert shared.weight_phase.trainer.cpu_threads == 1
+    assert own.weight_phase.trainer.cpu_threads == len(os.sched_getaffinity(0))

@@ -25,13 +25,13 @@ def tidy(text: str) -> str:
     return text.strip().strip("\"'.").lower()
 
 
-def test_whale_compiles_a_users_program_on_the_embedded_model(embedded_server, tmp_path):
+def test_whale_compiles_a_users_program_on_the_embedded_model(merged_server, tmp_path):
     rft_config = RFTConfig.cpu_embedded(
         batch_size=4, k=4, max_tokens=24, run_tag="user", training=LoraTrainingConfig(learning_rate=1e-3)
     )
     search = MetaHarnessConfig(candidates=1, tasks=4, smoke_tasks=1, threads=4, timeout_s=300)
     whale = WhaleOptimizer(
-        backend=embedded_server,
+        backend=merged_server,
         metric=echo_metric,
         schedule=Fixed(1, 1),
         budget=40,
@@ -41,7 +41,7 @@ def test_whale_compiles_a_users_program_on_the_embedded_model(embedded_server, t
         eval_threads=8,
         sampling={"max_tokens": 24},
         weight_phase=RejectionSamplingFinetune(
-            backend=embedded_server,
+            backend=merged_server,
             trainer=LoraTrainer(rft_config.training),
             metric=echo_metric,
             config=rft_config,
@@ -66,7 +66,7 @@ def test_whale_compiles_a_users_program_on_the_embedded_model(embedded_server, t
         score = dspy.Evaluate(devset=testset, metric=echo_metric, num_threads=4)(best).score
         assert 0.0 <= score <= 100.0
         best.save(tmp_path / "best.json")
-        loaded = as_harness(EchoAgent(tidy)).with_lm(embedded_server.lm(max_tokens=24))
+        loaded = as_harness(EchoAgent(tidy)).with_lm(merged_server.lm(max_tokens=24))
         loaded.load(tmp_path / "best.json")
         assert (loaded.source.code, loaded.adapter_name) == (best.source.code, best.adapter_name)
         assert loaded.bound_lm.model == best.bound_lm.model

@@ -70,8 +70,9 @@ def learning_trial(
     return before, after, rft
 
 
-def test_a_few_rft_steps_beat_the_base_model_on_held_out_tasks(embedded_server, tmp_path):
-    before, after, rft = learning_trial(embedded_server, tmp_path / "run", run_tag="learning")
+def test_a_few_rft_steps_beat_the_base_model_on_held_out_tasks(merged_server, tmp_path):
+    """On the CPU default: each trained adapter is served merged into the weights."""
+    before, after, rft = learning_trial(merged_server, tmp_path / "run", run_tag="learning")
 
     trained = [s for s in rft.report.steps if s.skipped is None]
     assert trained, [s.skipped for s in rft.report.steps]

@@ -97,3 +97,33 @@ def test_fake_trainer_scripted_losses_failures_and_the_real_checks(tmp_path):
     assert trainer.train(examples(1), base="b", parent=None, name="c", out_dir=tmp_path / "c").loss == 0.3
     with pytest.raises(TrainingError, match="only 0 losses"):
         FakeTrainer(losses=[]).train(examples(1), base="b", parent=None, name="d", out_dir=tmp_path / "d")
+
+
+@pytest.mark.parametrize(
+    ("cpu_threads", "environment", "expected"),
+    [(None, None, "every core"), (1, None, "1"), (None, "3", "3")],
+)
+def test_a_cpu_training_takes_every_core_unless_told_otherwise(
+    tmp_path, monkeypatch: pytest.MonkeyPatch, cpu_threads, environment, expected
+) -> None:
+    """Beside a run's own idle server two threads train faster; 1 beside a busy shared one;
+    OMP_NUM_THREADS set by the user wins over both."""
+    import os
+    import subprocess
+
+    from whale_dspy.training.lora_trainer import LoraTrainer
+
+    seen = {}
+
+    def fake_run(command, *, env, **options):
+        seen["threads"] = env["OMP_NUM_THREADS"]
+        return subprocess.CompletedProcess(command, 0)
+
+    monkeypatch.setattr(subprocess, "run", fake_run)
+    if environment is None:
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    else:
+        monkeypatch.setenv("OMP_NUM_THREADS", environment)
+    LoraTrainer(cpu_threads=cpu_threads)._run_worker(tmp_path / "spec.json", tmp_path / "train.log")
+    cores = str(len(os.sched_getaffinity(0)))
+    assert seen["threads"] == (cores if expected == "every core" else expected)
