@@ -10,8 +10,12 @@
 # OUT/DOMAIN/report.md and curve.png. Each domain gets a fresh server, so
 # adapter names (method-seed) never meet an earlier domain's. A comparison that is stopped resumes
 # where it stopped when the same command runs again (every run directory is resumable). Budgets are
-# what two CPU cores allow in about an hour per domain; BUDGET, TEST_LIMIT, SEEDS and PORT override
-# them. Record the figures in bench/RESULTS.md with this command.
+# what two CPU cores allow in about an hour per domain; BUDGET, EVAL_EVERY, EVAL_K, TEST_LIMIT,
+# TRAIN_LIMIT, SEARCH_LIMIT, FIXED (the fixed schedule), SEEDS and PORT override them.
+# OWN_SERVER=1 runs the seeds one after another in one `whale compare` on a server of its own
+# (on the CPU build: adapters merged into the weights, the trainer on every core) instead of side
+# by side on a shared `whale serve` (runtime LoRA). Record the figures in bench/RESULTS.md with
+# this command.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -26,12 +30,14 @@ SEEDS="${SEEDS:-0,1}"
 
 compare() {  # one domain's comparison for one seed, on the running server
   local domain=$1 seed=$2
+  local server=(--server-url "http://127.0.0.1:$PORT")
+  [[ "${OWN_SERVER:-0}" == 1 ]] && server=()
   # fixed:0.25,2 = one RFT step (4 tasks x k=4) then one round of 3 candidates; the adaptive
   # schedule leaves a phase after one step or iteration without improvement, at most 3 iterations.
-  "$WHALE" compare --domain "$domain" --model "$MODEL" --server-url "http://127.0.0.1:$PORT" \
-    --seeds "$seed" --budget "${BUDGET:-64}" --eval-every "${BUDGET:-64}" --eval-k 8 \
-    --train-limit 16 --search-limit 4 --test-limit "${TEST_LIMIT:-20}" \
-    --schedule fixed:0.25,2 \
+  "$WHALE" compare --domain "$domain" --model "$MODEL" "${server[@]}" \
+    --seeds "$seed" --budget "${BUDGET:-64}" --eval-every "${EVAL_EVERY:-${BUDGET:-64}}" --eval-k "${EVAL_K:-8}" \
+    --train-limit "${TRAIN_LIMIT:-16}" --search-limit "${SEARCH_LIMIT:-4}" --test-limit "${TEST_LIMIT:-20}" \
+    --schedule "${FIXED:-fixed:0.25,2}" \
     --schedule patience:weight_burn_in=1,weight_window=1,weight_patience=1,harness_min=2,harness_patience=1,harness_max=3 \
     --out "$OUT/${domain%%:*}"
 }
@@ -39,6 +45,11 @@ compare() {  # one domain's comparison for one seed, on the running server
 for domain in "${DOMAINS[@]}"; do
   folder="$OUT/${domain%%:*}"
   mkdir -p "$folder"
+  if [[ "${OWN_SERVER:-0}" == 1 ]]; then
+    compare "$domain" "$SEEDS" >>"$folder/seeds.log" 2>&1
+    "$WHALE" report "$folder"
+    continue
+  fi
   "$WHALE" serve --model "$MODEL" --port "$PORT" --log "$folder/server.log" &
   server=$!
   trap 'kill $server 2>/dev/null || true' EXIT
