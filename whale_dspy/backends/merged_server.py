@@ -47,13 +47,7 @@ class MergedAdapterServer(VLLMServer):
 
     def load_adapter(self, ref: AdapterRef) -> None:
         """Check the adapter, then serve it merged (the swap is timed into the caller's load time)."""
-        self._check_new_name(ref.name)
-        path = Path(ref.path).expanduser().resolve()
-        if not (path / "adapter_config.json").is_file():
-            raise BackendError(
-                f"adapter {ref.name!r}: {path} is not a PEFT adapter directory (no adapter_config.json)"
-            )
-        self._check_base(ref)
+        path = self._checked_adapter(ref)
         lora_deltas(path)  # refuse what cannot be merged before it becomes the served adapter
         self._loaded[ref.name] = ref
         self._used_names.add(ref.name)

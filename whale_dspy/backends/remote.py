@@ -113,13 +113,7 @@ class RemoteServer:
 
     def load_adapter(self, ref: AdapterRef) -> None:
         """Load a PEFT adapter directory under ref.name (a name never used on this server before)."""
-        self._check_new_name(ref.name)
-        path = Path(ref.path).expanduser().resolve()
-        if not (path / "adapter_config.json").is_file():
-            raise BackendError(
-                f"adapter {ref.name!r}: {path} is not a PEFT adapter directory (no adapter_config.json)"
-            )
-        self._check_base(ref)
+        path = self._checked_adapter(ref)
         self._post("/v1/load_lora_adapter", {"lora_name": ref.name, "lora_path": str(path)}, ref.name)
         self._loaded[ref.name] = ref
         self._used_names.add(ref.name)
@@ -147,6 +141,17 @@ class RemoteServer:
             cache=cache,
             **{**self.sampling, **sampling},
         )
+
+    def _checked_adapter(self, ref: AdapterRef) -> Path:
+        """The adapter's folder, once its name is new here, it is a PEFT folder and fits our base."""
+        self._check_new_name(ref.name)
+        path = Path(ref.path).expanduser().resolve()
+        if not (path / "adapter_config.json").is_file():
+            raise BackendError(
+                f"adapter {ref.name!r}: {path} is not a PEFT adapter directory (no adapter_config.json)"
+            )
+        self._check_base(ref)
+        return path
 
     def _check_new_name(self, name: str) -> None:
         if name == self.served_name:
