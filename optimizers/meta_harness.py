@@ -294,8 +294,7 @@ class MetaHarness(Teleprompter):
         return archive.source(parent).code
 
     def _limits(self) -> SandboxLimits | None:
-        limits = getattr(self.evaluator, "limits", None)
-        return limits if isinstance(limits, SandboxLimits) else None
+        return self.evaluator.limits
 
     def _allowed(self) -> frozenset[str]:
         """The sandbox's allowlist when the evaluator has one, else the project's."""

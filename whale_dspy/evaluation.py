@@ -146,6 +146,8 @@ class InProcessEvaluator:
     --no-sandbox`): for harnesses you trust, since nothing then contains them.
     """
 
+    limits = None  # nothing contains the code here
+
     def __init__(self, *, threads: int = 8, run_unvouched_in_process: bool = False):
         self.threads = threads
         self.run_unvouched_in_process = run_unvouched_in_process

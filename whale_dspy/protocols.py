@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     import dspy
 
     from whale_dspy.harness import HarnessSource
+    from whale_dspy.sandbox.limits import SandboxLimits
 
 Tools = dict[str, Callable[..., Any]]
 """The tools a harness receives: name -> plain Python callable (fresh per rollout)."""
@@ -96,7 +97,10 @@ class CandidateEvaluator(Protocol):
 
     `whale_dspy.evaluation.InProcessEvaluator` runs it in this process; the
     sandboxed evaluator runs the harness code in a contained child process.
+    `limits`: what contains the code (its import allowlist, time limits), None in process.
     """
+
+    limits: SandboxLimits | None
 
     def evaluate(
         self,
