@@ -322,6 +322,7 @@ class WhaleOptimizer(Teleprompter):
             split=data.eval_split,
             per_task=result.per_task,
             seconds=result.seconds,
+            truncated_calls=result.truncated_calls,
             harness=program.source.name,
             adapter=program.adapter_name,
         )

@@ -186,3 +186,26 @@ def test_a_paired_gain_pairs_only_shared_tasks_and_says_when_it_is_noise():
     assert gain.to_dict()["beyond_noise"] is False
     with pytest.raises(ConfigError, match="share"):
         paired_gain(before.per_task, {"z": [1.0]})
+
+
+def test_completions_cut_at_their_max_tokens_are_counted_not_warned() -> None:
+    import logging
+
+    from whale_dspy.cli.main import drop_truncation_warnings
+    from whale_dspy.evaluation import summarize
+    from whale_dspy.records import LMCall
+
+    def call(tokens: int, **sampling) -> LMCall:
+        return LMCall((), "x", "m", completion_tokens=tokens, sampling=sampling)
+
+    calls = (call(128, max_tokens=128), call(12, max_tokens=128), call(400))  # the last had no cap
+    rollouts = [Rollout(f"t{i}", 0, i, "h", None, {}, {}, 0.0, None, calls) for i in range(2)]
+    assert summarize(rollouts, k=1, seconds=1.0).truncated_calls == 2
+
+    def record(message: str) -> logging.LogRecord:
+        return logging.LogRecord("dspy.clients.lm", logging.WARNING, __file__, 1, message, None, None)
+
+    assert not drop_truncation_warnings(
+        record("LM response was truncated; increase max_tokens or inspect history.")
+    )
+    assert drop_truncation_warnings(record("some other warning"))

@@ -45,6 +45,8 @@ class EvalReport:
     completion_tokens: int
     seconds: float
     per_task: dict[str, list[float]]
+    truncated_calls: int = 0
+    """LM calls whose completion hit its max_tokens (counted here instead of DSPy's warnings)."""
 
     @property
     def rollouts_per_second(self) -> float:
@@ -76,6 +78,7 @@ def summarize(rollouts: Sequence[Rollout], *, k: int, seconds: float) -> EvalRep
         completion_tokens=sum(r.completion_tokens for r in rollouts),
         seconds=seconds,
         per_task=dict(per_task),
+        truncated_calls=sum(r.truncated_calls for r in rollouts),
     )
 
 

@@ -47,6 +47,12 @@ class LMCall:
     """False when the harness's adapter could not parse this completion (the call was retried).
     Seen for in-process rollouts (the weight phase's); a sandboxed child parses out of sight."""
 
+    @property
+    def truncated(self) -> bool:
+        """The completion stopped at its `max_tokens` (DSPy warns once per such call)."""
+        budget = self.sampling.get("max_tokens")
+        return budget is not None and self.completion_tokens >= budget
+
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> LMCall:
         return cls(**{**data, "messages": tuple(data["messages"])})
@@ -90,6 +96,10 @@ class Rollout:
     @property
     def completion_tokens(self) -> int:
         return sum(call.completion_tokens for call in self.lm_calls)
+
+    @property
+    def truncated_calls(self) -> int:
+        return sum(call.truncated for call in self.lm_calls)
 
     @property
     def parsed(self) -> bool:

@@ -107,9 +107,11 @@ class RunProgress:
             self.progress.advance(self.phase)
         elif kind == "evaluation":
             where = f"{event['harness']}, {event['adapter'] or 'base'}"
+            truncated = event.get("truncated_calls", 0)  # absent from runs recorded before the count
+            cut = f"; {truncated} of its LM calls hit max_tokens" if truncated else ""
             self.progress.console.print(
                 f"test mean@{event['k']} at {event['rollouts']} rollouts: {event['mean_at_k']:.3f} "
-                f"[{event['ci_low']:.3f}, {event['ci_high']:.3f}] ({where})"
+                f"[{event['ci_low']:.3f}, {event['ci_high']:.3f}] ({where}{cut})"
             )
 
 
