@@ -232,3 +232,44 @@ def test_copies_of_a_bound_lm_share_the_one_gate(tmp_path: Path) -> None:
     lm = WeightsBoundLM("whale-vllm/base", gate=gate, weights="a1", api_base="http://x/v1", api_key="EMPTY")
     assert lm.copy(max_tokens=7).gate is gate
     assert copy.deepcopy(lm).gate is gate
+
+
+SWALLOWING_HARNESS = """
+import dspy
+
+
+class Swallow(dspy.Module):
+    def __init__(self, signature):
+        super().__init__()
+        self.predict = dspy.Predict(signature)
+
+    def forward(self, **inputs):
+        try:
+            return self.predict(**inputs)
+        except Exception:
+            return dspy.Prediction(answer="")
+
+
+def build(signature, tools):
+    return Swallow(signature)
+"""
+
+
+def test_a_failed_swap_stops_the_evaluation_even_when_the_harness_catches_it() -> None:
+    """A swap that the server refused is the server's failure: never a rollout scored 0."""
+    import dspy
+
+    from whale_dspy.backends.bound_lm import WeightsBoundLM
+    from whale_dspy.evaluation import evaluate
+    from whale_dspy.harness import HarnessProgram, HarnessSource
+
+    def refused(weights: object) -> None:
+        raise BackendError("/collective_rpc for 'a1' was refused (HTTP 500)")
+
+    lm = WeightsBoundLM("whale-vllm/base", gate=WeightsGate(refused), weights="a1", api_base="http://x/v1")
+    program = HarnessProgram(
+        HarnessSource("swallow", SWALLOWING_HARNESS).vouched(), dspy.Signature("question -> answer")
+    )
+    task = dspy.Example(task_id="t0", question="q", answer="a").with_inputs("question")
+    with pytest.raises(BackendError, match="inference server failed.*was refused"):
+        evaluate(program, [task], metric=lambda e, p, trace=None: 1.0, lm=lm, k=2, threads=1)

@@ -19,6 +19,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from contextvars import ContextVar
 from typing import Any
 
 import dspy
@@ -124,6 +125,17 @@ def sampling_for(lm: dspy.BaseLM, rollout_id: int, sampling: dict[str, Any]) -> 
     return {**sampling, "seed": rollout_id}
 
 
+_current_watch: ContextVar[RolloutWatch | None] = ContextVar("whale_rollout_watch", default=None)
+
+
+def report_server_failure(error: BaseException) -> None:
+    """For a backend that failed before its request reached the server (a merged-weights swap):
+    the running rollout then stops its evaluation as for a dead server, whatever the harness catches."""
+    watch = _current_watch.get()
+    if watch is not None and watch.server_failure is None:
+        watch.server_failure = error
+
+
 class RolloutWatch(BaseCallback):
     """Sees what a rollout's LM history cannot tell: each LM call's error, including one a
     harness's own try/except swallows, and which completions the adapter failed to parse."""
@@ -193,6 +205,7 @@ def run_rollout(
     watch = RolloutWatch()
     started = time.perf_counter()
     prediction, error = None, None
+    watching = _current_watch.set(watch)
     try:
         inner = program.build_for(example, recorder.wrap(program.tools_factory(example)))
         with dspy.context(lm=rollout_lm, callbacks=[*dspy.settings.callbacks, watch]):
@@ -200,6 +213,8 @@ def run_rollout(
     except Exception as exc:
         error = f"{type(exc).__name__}: {exc}"
         log.debug("rollout %s/%s failed: %s", example.get("task_id"), sample, error)
+    finally:
+        _current_watch.reset(watching)
     if watch.server_failure is not None:
         failure = watch.server_failure
         raise BackendError(

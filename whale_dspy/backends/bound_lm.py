@@ -10,6 +10,8 @@ from typing import Any
 import dspy
 
 from whale_dspy.backends.weights_gate import Weights, WeightsGate
+from whale_dspy.errors import BackendError
+from whale_dspy.rollouts import report_server_failure
 
 
 class WeightsBoundLM(dspy.LM):
@@ -25,14 +27,26 @@ class WeightsBoundLM(dspy.LM):
         self.weights = weights
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        with self.gate.serving(self.weights):
+        self._acquire()
+        try:
             return super().__call__(*args, **kwargs)
+        finally:
+            self.gate.release()
 
     async def acall(self, *args: Any, **kwargs: Any) -> Any:
         import asyncio
 
-        await asyncio.to_thread(self.gate.acquire, self.weights)
+        await asyncio.to_thread(self._acquire)
         try:
             return await super().acall(*args, **kwargs)
         finally:
             self.gate.release()
+
+    def _acquire(self) -> None:
+        """Hold the weights; a failed swap is the server's failure, not the harness's (the rollout
+        stops its evaluation even when the harness catches the error)."""
+        try:
+            self.gate.acquire(self.weights)
+        except BackendError as error:
+            report_server_failure(error)
+            raise
