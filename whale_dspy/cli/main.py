@@ -27,6 +27,7 @@ SUBCOMMANDS = (
     "whale_dspy.cli.compare",
     "whale_dspy.cli.report",
     "whale_dspy.cli.transfer",
+    "whale_dspy.cli.config",
 )
 
 

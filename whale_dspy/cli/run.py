@@ -13,7 +13,7 @@ import argparse
 import contextlib
 import json
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, fields, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from whale_dspy.cli.report import print_phases, print_summary, write_outputs
+from whale_dspy.cli.settings_file import given_settings
 from whale_dspy.cli.wiring import (
     RunData,
     RunSettings,
@@ -50,9 +51,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def resolve(args: argparse.Namespace) -> tuple[RunSettings, Path]:
     """Settings from the flags, or the resumed run's with flags on top; checked before any work."""
-    given = {
-        f.name: getattr(args, f.name) for f in fields(RunSettings) if getattr(args, f.name, None) is not None
-    }
+    given = given_settings(args)
     if args.resume is not None:
         settings, run_dir = replace(RunSettings.from_run(args.resume), **given), args.resume
     elif "domain" not in given:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from whale_dspy.cli.run import served
+from whale_dspy.cli.settings_file import settings_from_args
 from whale_dspy.cli.wiring import (
     DATA_SEED,
     RunData,
@@ -120,7 +121,7 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
         )
     if args.domain is None or args.budget is None:
         raise ConfigError("whale study needs --domain and --budget (rollouts per trial)")
-    return RunSettings.from_args(args)
+    return settings_from_args(args)
 
 
 def run_arguments(settings: RunSettings) -> list[str]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -91,12 +91,6 @@ class RunSettings:
         return {"temperature": rft.temperature, "max_tokens": rft.max_tokens}
 
     @classmethod
-    def from_args(cls, args: argparse.Namespace) -> RunSettings:
-        return cls(
-            **{f.name: getattr(args, f.name) for f in fields(cls) if getattr(args, f.name, None) is not None}
-        )
-
-    @classmethod
     def from_run(cls, run_dir: Path) -> RunSettings:
         config = RunDir(run_dir).config()
         if not config or "cli" not in config:
@@ -111,6 +105,10 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, method: bool = True, s
     """The options `run`, `compare` and `study` share (defaults live in RunSettings)."""
     from optimizers.methods import METHODS
 
+    parser.add_argument(
+        "--config", type=Path, metavar="FILE",
+        help="run settings from a TOML file (RunSettings fields); flags override it (`whale config show`)",
+    )  # fmt: skip
     parser.add_argument("--domain", help=DOMAIN_HELP)
     if method:
         parser.add_argument("--method", choices=tuple(METHODS), help="whale or a baseline (default whale)")

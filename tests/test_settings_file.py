@@ -1,0 +1,68 @@
+"""`--config FILE`: run settings from TOML with the flags on top, checked before anything starts,
+and `whale config show` printing them back as a file that reads the same."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from whale_dspy.cli.main import build_parser, main
+from whale_dspy.cli.settings_file import read_settings_file, settings_from_args
+from whale_dspy.cli.wiring import RunSettings
+from whale_dspy.errors import ConfigError
+
+
+def settings_of(argv: list[str]) -> RunSettings:
+    return settings_from_args(build_parser().parse_args(argv))
+
+
+def test_a_file_gives_the_settings_and_flags_override_it(tmp_path: Path) -> None:
+    path = tmp_path / "run.toml"
+    path.write_text('domain = "squad:score=f1"\nbudget = 512\nagent_env = ["KEY"]\nweight_share = 0.5\n')
+    settings = settings_of(["run", "--config", str(path), "--budget", "64"])
+    assert settings == RunSettings(domain="squad:score=f1", budget=64, agent_env=("KEY",), weight_share=0.5)
+
+
+def test_the_settings_may_sit_under_a_run_table(tmp_path: Path) -> None:
+    path = tmp_path / "run.toml"
+    path.write_text('[run]\ndomain = "math"\npreset = "gpu"\n')
+    assert settings_of(["compare", "--config", str(path)]) == RunSettings(domain="math", preset="gpu")
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ('domain = "math"\nbudgett = 5\n', "unknown setting(s) budgett; valid: domain, method"),
+        ('domain = "math"\nbudget = "100"\n', "budget must be int, got '100'"),
+        ('domain = "math"\neval_k = true\n', "eval_k must be int, got True"),
+        ('domain = "math"\nagent_read = [1]\n', "agent_read must be a list of strings"),
+        ('domain = "math"\nbudget = \n', "is not valid TOML"),
+    ],
+)
+def test_a_bad_file_is_refused_with_the_key_that_is_wrong(tmp_path: Path, text: str, says: str) -> None:
+    path = tmp_path / "run.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=says.replace("(", r"\(").replace(")", r"\)")):
+        read_settings_file(path)
+
+
+def test_config_show_prints_a_file_that_reads_back_the_same_settings(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "run.toml"
+    path.write_text('domain = "chess"\nbudget = 300\nmethod = "stagewise"\n')
+    argv = ["config", "show", "--config", str(path), "--preset", "gpu", "--seed", "3", "--agent-env", "K"]
+    assert main(argv) == 0
+    shown = tmp_path / "shown.toml"
+    shown.write_text(capsys.readouterr().out)
+    expected = RunSettings(
+        domain="chess", budget=300, method="stagewise", preset="gpu", seed=3, agent_env=("K",)
+    )
+    assert RunSettings(**read_settings_file(shown)) == expected
+    assert '"max_tokens"' in shown.read_text()  # the resolved sampling, as comments
+
+
+def test_config_show_checks_names_before_anything_starts(tmp_path: Path, capsys) -> None:
+    assert main(["config", "show", "--domain", "math", "--schedule", "fixed:x"]) == 2
+    assert "error" in capsys.readouterr().err
+    assert main(["config", "show", "--budget", "5"]) == 2
+    assert "need a domain" in capsys.readouterr().err

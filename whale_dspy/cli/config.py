@@ -1,0 +1,44 @@
+"""`whale config show`: the settings `whale run` would use with these options, resolved and checked.
+
+It prints them as a settings file (`whale run --config FILE` reads it back), then,
+as comments, what they resolve to: the sampling every checkpoint is measured under
+and the weight phase's preset. Nothing starts: no server, no data beyond the check.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from whale_dspy.cli.settings_file import settings_from_args, settings_toml
+from whale_dspy.cli.wiring import add_run_arguments
+from whale_dspy.errors import ConfigError
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("config", help="print resolved run settings (a valid --config file)")
+    commands = parser.add_subparsers(dest="config_command", required=True, metavar="SUBCOMMAND")
+    show = commands.add_parser("show", help="the settings `whale run` would use with these options")
+    add_run_arguments(show)
+    show.add_argument("--seed", type=int, help="seed of the phases' sampling and search (default 0)")
+    show.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from domains import get_domain
+    from optimizers.methods import get_method
+    from optimizers.schedules import parse_schedule
+
+    try:
+        settings = settings_from_args(args)
+    except TypeError as error:  # RunSettings' one required field
+        raise ConfigError("the settings need a domain: --domain, or `domain = ...` in the file") from error
+    get_domain(settings.domain)
+    get_method(settings.method, weight_share=settings.weight_share)
+    parse_schedule(settings.schedule)
+    print(settings_toml(settings), end="")
+    resolved = {"sampling": settings.sampling, "weight_phase": settings.rft_config().to_dict()}
+    print("\n# resolved (not settings: derived from the preset and the settings above):")
+    for line in json.dumps(resolved, indent=2).splitlines():
+        print(f"# {line}")
+    return 0
