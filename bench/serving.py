@@ -17,7 +17,9 @@ run's own server had before issue 22 (runtime LoRA, whole-prompt prefill), B wit
 today's defaults (`embedded_server()`: on the CPU build the adapter merged into
 the weights, chunked prefill), and sends both the same requests through DSPy,
 for the base and a random adapter; it also times each adapter load (written to
-served) and prints each server's adapter/base throughput (goal >= 0.8).
+served) and prints each server's adapter/base throughput (goal >= 0.8). `--tiny` runs
+that comparison on the shipped fake backend in seconds (CI runs it, so the script
+cannot rot).
 """
 
 from __future__ import annotations
@@ -33,11 +35,14 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 import httpx
 
 from whale_dspy.backends import default_dtype, embedded_server
+from whale_dspy.cli.run import served
 from whale_dspy.cli.smoke import make_random_adapter
+from whale_dspy.records import AdapterRef
 
 TOPICS = ("rivers", "bread", "chess", "owls", "glass", "rain", "maps", "bees", "salt", "tea", "ice", "wool")
 
@@ -109,18 +114,34 @@ def dspy_vs_http(args: argparse.Namespace) -> list[tuple]:
     return rows
 
 
-def before_after(args: argparse.Namespace) -> list[tuple]:
+def before_after_servers(args: argparse.Namespace, tmp: Path) -> tuple[Any, Any]:
+    """(before, after) servers, not started: the shipped fake backend twice with --tiny."""
+    if args.tiny:
+        from whale_dspy.testing import FakeBackend, ScriptedLM
+
+        fakes = [FakeBackend(ScriptedLM({"": "a short paragraph of six words"})) for _ in range(2)]
+        return fakes[0], fakes[1]
     from whale_dspy.backends import VLLMServer
+
+    before = VLLMServer(args.model, log_path=tmp / "before.log", chunked_prefill=False, kv_cache_gib=1)
+    return before, embedded_server(args.model, run_dir=tmp, kv_cache_gib=1)
+
+
+def bench_adapter(args: argparse.Namespace, base: str | None, tmp: Path) -> AdapterRef:
+    """A random LoRA adapter for the model (a name only, for the fake backend with --tiny)."""
+    if args.tiny:
+        return AdapterRef("bench-r00", str(tmp), "base")
+    return make_random_adapter(base, tmp / "bench-r00", name="bench-r00")
+
+
+def before_after(args: argparse.Namespace) -> list[tuple]:
     from whale_dspy.backends.merged_server import MergedAdapterServer
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
-        before = VLLMServer(
-            args.model, log_path=Path(tmp) / "before.log", chunked_prefill=False, kv_cache_gib=1
-        )
-        after = embedded_server(args.model, run_dir=Path(tmp), kv_cache_gib=1)
-        servers = [stack.enter_context(server) for server in (before, after)]
-        ref = make_random_adapter(after.base_model, Path(tmp) / "bench-r00", name="bench-r00")
+        before, after = before_after_servers(args, Path(tmp))
+        servers = [stack.enter_context(served(server)) for server in (before, after)]
+        ref = bench_adapter(args, after.base_model, Path(tmp))
         for server in servers:
             started = time.perf_counter()
             server.load_adapter(ref)
@@ -159,7 +180,7 @@ def dtype_vs_dtype(args: argparse.Namespace) -> list[tuple]:
     return rows
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--dtype", default=None, help="default: the backend's default_dtype()")
@@ -167,9 +188,11 @@ def main() -> None:
     parser.add_argument(
         "--before-after", action="store_true", help="compare pre-issue-22 and today's defaults"
     )
+    parser.add_argument("--tiny", action="store_true", help="--before-after on the shipped fake backend (CI)")
     parser.add_argument("--levels", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--max-tokens", type=int, default=64)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    args.before_after = args.before_after or args.tiny
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     logging.getLogger("dspy").setLevel(logging.ERROR)  # one "truncated" warning per capped completion
     rows = (
