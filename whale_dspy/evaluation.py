@@ -8,6 +8,7 @@ evaluation keeps what it did.
 from __future__ import annotations
 
 import contextvars
+import logging
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -26,6 +27,8 @@ from whale_dspy.records import Rollout
 from whale_dspy.rollouts import Metric, run_rollout
 from whale_dspy.seeding import derive_seed
 from whale_dspy.stats import bootstrap_ci
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -111,34 +114,38 @@ def evaluate(
     jobs = [(example, sample) for example in examples for sample in range(k)]
     started = time.perf_counter()
     rollouts: list[Rollout] = []
-    with ThreadPoolExecutor(max_workers=threads) as pool:
-        futures = [
-            pool.submit(
-                contextvars.copy_context().run,
-                run_rollout,
-                program,
-                example,
-                lm=lm,
-                metric=metric,
-                sample=sample,
-                rollout_id=derive_seed(namespace, example.get("task_id"), sample),
-                temperature=temperature,
-                **sampling,
-            )
-            for example, sample in jobs
-        ]
-        try:
-            for future in as_completed(futures):
-                rollout = future.result()
-                rollouts.append(rollout)
-                if trace_path is not None:
-                    append_jsonl(trace_path, rollout.to_dict())
-                if on_rollout is not None:
-                    on_rollout(rollout)
-        except BaseException:  # e.g. BackendError: the server is gone, do not start the rest
-            for future in futures:
-                future.cancel()
-            raise
+    pool = ThreadPoolExecutor(max_workers=threads)
+    futures = [
+        pool.submit(
+            contextvars.copy_context().run,
+            run_rollout,
+            program,
+            example,
+            lm=lm,
+            metric=metric,
+            sample=sample,
+            rollout_id=derive_seed(namespace, example.get("task_id"), sample),
+            temperature=temperature,
+            **sampling,
+        )
+        for example, sample in jobs
+    ]
+    wait_for_running = True
+    try:
+        for future in as_completed(futures):
+            rollout = future.result()
+            rollouts.append(rollout)
+            if trace_path is not None:
+                append_jsonl(trace_path, rollout.to_dict())
+            if on_rollout is not None:
+                on_rollout(rollout)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: unwind now, so the caller stops the server
+        wait_for_running = False
+        running = sum(future.running() for future in futures)
+        log.warning("interrupted: not waiting for %d rollouts in flight (their results are dropped)", running)
+        raise
+    finally:  # e.g. BackendError (the server is gone): start none of the rest
+        pool.shutdown(wait=wait_for_running, cancel_futures=True)
     return summarize(rollouts, k=k, seconds=time.perf_counter() - started), rollouts
 
 

@@ -7,6 +7,7 @@ memory and the CPU. Killing the whole group, also when the interpreter exits
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -83,6 +84,18 @@ def _stop_group(proc: subprocess.Popen[bytes], grace_s: float) -> None:
     proc.poll()
 
 
+_started: weakref.WeakSet[ManagedProcess] = weakref.WeakSet()
+
+
+def kill_all_now() -> None:
+    """SIGKILL the group of every process started here and not stopped yet (a second Ctrl-C: no
+    grace period, but no server left behind either)."""
+    for process in list(_started):
+        if process._proc is not None and process._proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process._proc.pid, signal.SIGKILL)
+
+
 class ManagedProcess:
     """One command in its own session, stdout+stderr appended to log_path."""
 
@@ -116,6 +129,7 @@ class ManagedProcess:
             )
         # Runs on stop(), on garbage collection and at interpreter exit, whichever comes first.
         self._finalizer = weakref.finalize(self, _stop_group, self._proc, self.grace_s)
+        _started.add(self)
         logger.info("started pid %d: %s (log %s)", self._proc.pid, " ".join(self.argv), self.log_path)
 
     @property
@@ -129,6 +143,7 @@ class ManagedProcess:
     def stop(self) -> None:
         if self._finalizer is not None:
             self._finalizer()
+            _started.discard(self)
             logger.info("stopped pid %s", self.pid)
 
     def log_tail(self, lines: int = 30) -> str:

@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 
+from whale_dspy.backends.process import kill_all_now
 from whale_dspy.errors import WhaleError
 
 SUBCOMMANDS = (
@@ -49,6 +50,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class StopOnSignals:
+    """Ctrl-C or SIGTERM unwinds at once like KeyboardInterrupt: every `with server:` stops its
+    vLLM, and evaluations do not wait for their rollouts in flight. A second signal SIGKILLs the
+    process groups we started and exits, without waiting for anything."""
+
+    def __init__(self) -> None:
+        self.received = 0
+
+    def __call__(self, signum: int, frame: object) -> None:
+        self.received += 1
+        if self.received == 1:
+            print(
+                f"whale: {signal.Signals(signum).name}: stopping the servers and sandboxes this run "
+                "started; send it again to stop at once",
+                file=sys.stderr,
+            )
+            raise KeyboardInterrupt
+        kill_all_now()
+        os._exit(130)
+
+
 def drop_truncation_warnings(record: logging.LogRecord) -> bool:
     """DSPy warns once per completion cut at max_tokens (121 times in the README job): evaluations
     count them instead (`EvalReport.truncated_calls`, the evaluation events); --verbose shows them."""
@@ -57,8 +79,9 @@ def drop_truncation_warnings(record: logging.LogRecord) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     _quiet_offline_defaults()
-    # SIGTERM (timeout, kill) unwinds like Ctrl-C, so every `with server:` stops its vLLM child.
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    stop = StopOnSignals()
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
     args = build_parser().parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,

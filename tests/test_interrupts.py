@@ -1,0 +1,91 @@
+"""Ctrl-C and SIGTERM stop a command promptly: an evaluation unwinds without waiting for its
+rollouts in flight, and a second signal kills the process groups we started and exits."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+
+import dspy
+import pytest
+
+from whale_dspy.backends.process import ManagedProcess, group_members, kill_all_now
+from whale_dspy.cli import main as cli_main
+from whale_dspy.evaluation import evaluate
+from whale_dspy.harness import HarnessProgram, HarnessSource
+from whale_dspy.testing.scripted_lm import ScriptedLM
+
+WAITING_HARNESS = """
+import dspy
+
+
+class Waits(dspy.Module):
+    def __init__(self, signature, hold):
+        super().__init__()
+        self.predict = dspy.Predict(signature)
+        self.hold = hold
+
+    def forward(self, question):
+        self.hold(question)
+        return self.predict(question=question)
+
+
+def build(signature, tools):
+    return Waits(signature, tools["hold"])
+"""
+
+
+def test_an_interrupted_evaluation_does_not_wait_for_its_rollouts_in_flight() -> None:
+    released, finished = threading.Event(), threading.Event()
+
+    def hold(question: str) -> None:  # the "slow" task's rollout blocks until the test ends
+        if question == "slow":
+            released.wait(timeout=10)
+            finished.set()
+
+    program = HarnessProgram(
+        HarnessSource("waits", WAITING_HARNESS).vouched(),
+        dspy.Signature("question -> answer"),
+        tools_factory=lambda example: {"hold": hold},
+    )
+    tasks = [
+        dspy.Example(task_id=q, question=q, answer="a").with_inputs("question") for q in ("slow", "fast")
+    ]
+
+    def interrupt(rollout) -> None:
+        raise KeyboardInterrupt  # what the first Ctrl-C does in the main thread
+
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            evaluate(
+                program, tasks, metric=lambda e, p, trace=None: 1.0,
+                lm=ScriptedLM({"": "[[ ## answer ## ]]\na"}), k=1, threads=2, on_rollout=interrupt,
+            )  # fmt: skip
+        assert not finished.is_set()  # it returned while the slow rollout still ran
+    finally:
+        released.set()
+
+
+def test_the_first_signal_unwinds_and_the_second_kills_what_we_started(tmp_path, monkeypatch) -> None:
+    sleeper = ManagedProcess([sys.executable, "-c", "import time; time.sleep(60)"], log_path=tmp_path / "log")
+    sleeper.start()
+    exits = []
+    monkeypatch.setattr(cli_main.os, "_exit", exits.append)
+    stop = cli_main.StopOnSignals()
+    with pytest.raises(KeyboardInterrupt):
+        stop(signal.SIGTERM, None)
+    assert group_members(sleeper.pid)  # the first signal leaves stopping to the unwinding code
+    stop(signal.SIGINT, None)
+    assert exits == [130]
+    sleeper._proc.wait(timeout=10)
+    assert sleeper.exit_code() == -signal.SIGKILL
+    sleeper.stop()
+
+
+def test_kill_all_now_spares_what_was_already_stopped(tmp_path) -> None:
+    stopped = ManagedProcess([sys.executable, "-c", "import time; time.sleep(60)"], log_path=tmp_path / "a")
+    stopped.start()
+    stopped.stop()
+    kill_all_now()  # nothing left to kill, and no error for the reaped group
+    assert stopped.exit_code() == -signal.SIGTERM
