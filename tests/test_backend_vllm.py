@@ -110,6 +110,7 @@ def test_concurrent_seeded_requests_longer_than_one_step_leave_the_server_alive(
             pool.map(lambda seed: seeded_completion(embedded_server, long_prompt(seed, 60), seed), range(N))
         )
     assert [response.status_code for response in responses] == [200] * N
+    assert embedded_server.serving()["prefill"] == "chunked"  # with our plugin, not the fallback
     assert embedded_server.alive()
     assert embedded_server.lm(max_tokens=4)(QUESTION)[0] is not None
 
@@ -118,6 +119,7 @@ def test_a_seeded_request_draws_the_same_whether_or_not_its_prefill_was_chunked(
     """A ~3000-token prompt prefills in two steps when cold (the first step's sampled token is
     thrown away) and in one when its prefix is cached: the same seed must give the same text,
     so the thrown-away draw must not advance the request's generator (vllm_plugin's rewind)."""
+    assert embedded_server.serving()["prefill"] == "chunked"
     prompt = long_prompt(99, 170)
     cold = seeded_completion(embedded_server, prompt, seed=5).json()
     warm = seeded_completion(embedded_server, prompt, seed=5).json()

@@ -199,18 +199,84 @@ def test_the_merged_server_launches_without_runtime_lora_and_with_our_worker_ext
 
 
 @pytest.mark.parametrize(
-    ("options", "expected"),
+    ("model", "options", "expected"),
     [
-        ({"cpu": True}, MergedAdapterServer),
-        ({"cpu": False}, VLLMServer),
-        ({"cpu": True, "command": ["vllm"]}, VLLMServer),
+        ("smollm2-135m", {"cpu": True}, MergedAdapterServer),
+        ("smollm2-135m", {"cpu": False}, VLLMServer),
+        ("smollm2-135m", {"cpu": True, "command": ["vllm"]}, VLLMServer),
+        ("org/hub-model", {"cpu": True}, VLLMServer),  # no weights on disk to fold into
     ],
 )
 def test_a_runs_own_server_merges_adapters_on_the_cpu_build_when_it_runs_here(
-    tmp_path: Path, options: dict, expected: type
+    tmp_path: Path, model: str, options: dict, expected: type
 ) -> None:
-    assert type(embedded_server("m", run_dir=tmp_path, **options)) is expected
-    assert type(embedded_server("m", run_dir=tmp_path, adapters="runtime", cpu=True)) is VLLMServer
+    assert type(embedded_server(model, run_dir=tmp_path, **options)) is expected
+    assert type(embedded_server(model, run_dir=tmp_path, adapters="runtime", cpu=True)) is VLLMServer
+
+
+def test_merged_serving_is_refused_on_a_gpu_build(tmp_path: Path) -> None:
+    with pytest.raises(BackendError, match="GPU build"):
+        MergedAdapterServer("m", log_path=tmp_path / "log", cpu=False)
+
+
+def test_lora_biases_and_unpaired_factors_are_refused(tiny_llama: Path, tmp_path: Path) -> None:
+    from safetensors.torch import load_file, save_file
+
+    adapter = peft_adapter(tiny_llama, tmp_path / "adapter", targets=["q_proj"])
+    tensors = load_file(adapter / "adapter_model.safetensors")
+    key = next(k for k in tensors if k.endswith("lora_B.weight"))
+    biased = {**tensors, key.replace(".weight", ".bias"): tensors[key][:, 0].contiguous()}
+    save_file(biased, adapter / "adapter_model.safetensors")
+    with pytest.raises(BackendError, match="cannot merge weights.*lora_B.bias"):
+        lora_deltas(adapter)
+    save_file({k: v for k, v in tensors.items() if k != key}, adapter / "adapter_model.safetensors")
+    with pytest.raises(BackendError, match="lacks its lora_A or lora_B"):
+        lora_deltas(adapter)
+
+
+def swapping_server(tiny_llama: Path, tmp_path: Path) -> MergedAdapterServer:
+    """A merged server that was never started, its base folder open (tests stub its HTTP calls)."""
+    server = MergedAdapterServer(str(tiny_llama), log_path=tmp_path / "log", cpu=True)
+    server._base = SafetensorsFolder(tiny_llama)
+    return server
+
+
+def test_after_a_failed_swap_the_next_one_still_reverts_what_may_have_changed(
+    tiny_llama: Path, tmp_path: Path
+) -> None:
+    server = swapping_server(tiny_llama, tmp_path)
+    adapter = peft_adapter(tiny_llama, tmp_path / "a1", targets=["q_proj"])
+    sent = []
+
+    def replace(weights, adapted, label):
+        sent.append((set(weights), adapted))
+        if len(sent) == 1:
+            raise BackendError("/collective_rpc timed out (the worker may have swapped anyway)")
+
+    server._replace = replace
+    with pytest.raises(BackendError):
+        server.load_adapter(AdapterRef("a1", str(adapter), str(tiny_llama)))
+    server.gate.switch(None)  # back to the base: every weight a1 may have changed goes back
+    q_weights = {f"model.layers.{i}.self_attn.q_proj.weight" for i in range(2)}
+    assert sent == [(q_weights, q_weights), (q_weights, set())]
+
+
+def test_a_prefix_cache_that_will_not_reset_is_a_backend_error(tiny_llama: Path, tmp_path: Path) -> None:
+    server = swapping_server(tiny_llama, tmp_path)
+    routes = []
+
+    class Refused:
+        def json(self) -> dict:
+            return {"success": False}
+
+    def post(route, payload, name):
+        routes.append(route)
+        return Refused()
+
+    server._post = post
+    with pytest.raises(BackendError, match="prefix cache could not be reset"):
+        server._reset_prefix_cache("a1")
+    assert routes[-1].endswith("reset_running_requests=true")  # the last try frees running requests too
 
 
 def test_the_merged_server_refuses_unknown_adapters_and_dspy_caching(tmp_path: Path) -> None:

@@ -45,10 +45,12 @@ class InferenceBackend(Protocol):
 
     `base_model`: the base weights' folder or id that a trainer loads (None until known: a remote
     server's, say); `served_model()`: the model the server itself says it serves, and `serving()`:
-    how it serves it (dtype, prefill, how adapters are served), both for the records.
+    how it serves it (dtype, prefill, how adapters are served), both for the records. `shared`:
+    others may sample from it while this run trains (a `--server-url` server), not a run's own.
     """
 
     base_model: str | None
+    shared: bool
 
     def start(self) -> None: ...
 

@@ -5,6 +5,8 @@ Imported only when a merged-serving server hands out an LM (it needs dspy at imp
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from typing import Any
 
 import dspy
@@ -34,13 +36,41 @@ class WeightsBoundLM(dspy.LM):
             self.gate.release()
 
     async def acall(self, *args: Any, **kwargs: Any) -> Any:
-        import asyncio
-
-        await asyncio.to_thread(self._acquire)
+        await self._acquire_async()
         try:
             return await super().acall(*args, **kwargs)
         finally:
             self.gate.release()
+
+    async def _acquire_async(self) -> None:
+        """Wait for the weights on a thread of its own (a waiter must not hold a thread of the
+        loop's executor, which the holders' DSPy calls need); if the caller is cancelled meanwhile,
+        the hold is released as soon as it is granted."""
+        loop = asyncio.get_running_loop()
+        granted: asyncio.Future[None] = loop.create_future()
+
+        def settle(error: BaseException | None) -> None:
+            if granted.cancelled():
+                if error is None:
+                    self.gate.release()
+            elif error is None:
+                granted.set_result(None)
+            else:
+                granted.set_exception(error)
+
+        def wait() -> None:
+            try:
+                self._acquire()
+            except BaseException as error:
+                loop.call_soon_threadsafe(settle, error)
+                return
+            try:
+                loop.call_soon_threadsafe(settle, None)
+            except RuntimeError:  # the loop closed while we waited: nobody will use the hold
+                self.gate.release()
+
+        threading.Thread(target=wait, name="whale-weights-wait", daemon=True).start()
+        await granted
 
     def _acquire(self) -> None:
         """Hold the weights; a failed swap is the server's failure, not the harness's (the rollout

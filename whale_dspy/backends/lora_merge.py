@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -42,38 +43,64 @@ class SafetensorsFolder:
         return self._file_of[name].get_tensor(name)
 
 
-def lora_deltas(adapter_dir: str | Path) -> dict[str, torch.Tensor]:
-    """Base weight name -> scale * B @ A (float32) for every module the adapter changes."""
+@dataclass(frozen=True)
+class LoraFactors:
+    """A plain LoRA adapter in memory: per base weight name its (A, B), and the scale.
+
+    Read once when the adapter is loaded (a few MB), so a later swap serves what was loaded even
+    if the folder changes, and computes the full-size deltas only for the swap at hand."""
+
+    scale: float
+    factors: dict[str, tuple[torch.Tensor, torch.Tensor]]
+
+    def deltas(self) -> dict[str, torch.Tensor]:
+        """Base weight name -> scale * B @ A (float32)."""
+        return {name: self.scale * (up.float() @ down.float()) for name, (down, up) in self.factors.items()}
+
+
+def read_lora(adapter_dir: str | Path) -> LoraFactors:
+    """The adapter's factors, or BackendError saying what is not plain LoRA on linear layers."""
     from safetensors.torch import load_file
 
     folder = Path(adapter_dir)
-    config = json.loads((folder / "adapter_config.json").read_text())
+    try:
+        config = json.loads((folder / "adapter_config.json").read_text())
+        tensors = load_file(str(folder / "adapter_model.safetensors"))
+    except (OSError, ValueError) as error:  # missing or broken files; safetensors raises ValueError kin
+        raise BackendError(f"adapter {folder} cannot be read: {error}") from error
     _check_plain_lora(config, folder)
-    tensors = load_file(str(folder / "adapter_model.safetensors"))
-    rank = int(config["r"])
-    scale = config["lora_alpha"] / (math.sqrt(rank) if config.get("use_rslora") else rank)
-    deltas: dict[str, torch.Tensor] = {}
-    for key, down in tensors.items():
-        if not key.endswith(".lora_A.weight"):
-            continue
-        module = key.removeprefix(ADAPTER_PREFIX).removesuffix(".lora_A.weight")
+    suffixes = (".lora_A.weight", ".lora_B.weight")
+    unknown = [key for key in tensors if not key.endswith(suffixes)]
+    modules = {
+        key.removeprefix(ADAPTER_PREFIX).rsplit(".lora_", 1)[0] for key in tensors if key.endswith(suffixes)
+    }
+    factors = {}
+    for module in sorted(modules):
+        down = tensors.get(f"{ADAPTER_PREFIX}{module}.lora_A.weight")
         up = tensors.get(f"{ADAPTER_PREFIX}{module}.lora_B.weight")
-        if up is None:
-            raise BackendError(f"adapter {folder}: {module} has lora_A but no lora_B")
-        deltas[f"{module}.weight"] = scale * (up.float() @ down.float())
-    unknown = [key for key in tensors if ".lora_A." not in key and ".lora_B." not in key]
-    if unknown or not deltas:
+        if down is None or up is None:
+            raise BackendError(f"adapter {folder}: {module} lacks its lora_A or lora_B weight")
+        factors[f"{module}.weight"] = (down, up)
+    if unknown or not factors:
         raise BackendError(
             f"adapter {folder}: cannot merge weights {unknown[:3] or 'none'} (plain LoRA only)"
         )
-    return deltas
+    rank = int(config["r"])
+    return LoraFactors(
+        config["lora_alpha"] / (math.sqrt(rank) if config.get("use_rslora") else rank), factors
+    )
+
+
+def lora_deltas(adapter_dir: str | Path) -> dict[str, torch.Tensor]:
+    """Base weight name -> scale * B @ A (float32) for every module the adapter changes."""
+    return read_lora(adapter_dir).deltas()
 
 
 def replacement_weights(
     deltas: dict[str, torch.Tensor], base: SafetensorsFolder, reverted: Iterable[str] = ()
 ) -> dict[str, torch.Tensor]:
-    """The full weights to serve: base + delta where the adapter changes one, the base's own
-    weight for each `reverted` name (changed by the adapter served before, not by this one)."""
+    """The full weights to serve: base + delta (float32: a trained delta is below bf16's resolution)
+    where the adapter changes one, the base's own weight for each `reverted` name."""
     weights = {name: base.tensor(name) for name in reverted if name not in deltas}
     for name, delta in deltas.items():
         original = base.tensor(name)
@@ -81,7 +108,7 @@ def replacement_weights(
             raise BackendError(
                 f"adapter delta for {name} is {tuple(delta.shape)}, the base's {tuple(original.shape)}"
             )
-        weights[name] = (original.float() + delta).to(original.dtype)
+        weights[name] = original.float() + delta
     return weights
 
 
@@ -94,6 +121,9 @@ def _check_plain_lora(config: dict, folder: Path) -> None:
         "modules_to_save": bool(config.get("modules_to_save")),
         "rank_pattern": bool(config.get("rank_pattern")),
         "alpha_pattern": bool(config.get("alpha_pattern")),
+        "lora_bias": bool(config.get("lora_bias")),
+        "target_parameters": bool(config.get("target_parameters")),
+        "layer_replication": bool(config.get("layer_replication")),
     }
     if any(refused.values()):
         names = ", ".join(name for name, bad in refused.items() if bad)

@@ -13,13 +13,15 @@ server; a server that several runs share (`whale serve`) keeps runtime LoRA.
 
 from __future__ import annotations
 
+import json
 import logging
 import tempfile
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from whale_dspy.backends.lora_merge import SafetensorsFolder, lora_deltas, replacement_weights
-from whale_dspy.backends.remote import PROVIDER, register_dspy_provider
+from whale_dspy.backends.lora_merge import LoraFactors, SafetensorsFolder, read_lora, replacement_weights
+from whale_dspy.backends.remote import PROVIDER
 from whale_dspy.backends.vllm_server import VLLMServer
 from whale_dspy.backends.vllm_worker import REPLACE_METHOD, WeightReplacement
 from whale_dspy.backends.weights_gate import Weights, WeightsGate
@@ -32,6 +34,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 WORKER_EXTENSION = f"{WeightReplacement.__module__}.{WeightReplacement.__qualname__}"
+RESET_ATTEMPTS = 3
 
 
 class MergedAdapterServer(VLLMServer):
@@ -41,44 +44,48 @@ class MergedAdapterServer(VLLMServer):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        if not self.cpu_build:
+            raise BackendError("merged adapter serving repacks CPU layers: on a GPU build serve runtime LoRA")
         self.gate = WeightsGate(self._swap)
-        self._changed: set[str] = set()  # base weight names that differ from the base now
+        self._factors: dict[str, LoraFactors] = {}  # per loaded adapter, read once at load
+        self._changed: set[str] = set()  # base weight names that may differ from the base now
         self._base: SafetensorsFolder | None = None
+
+    def start(self) -> None:
+        """Refuse a model that is no local safetensors folder before vLLM starts (merging needs one)."""
+        from whale_dspy.models import resolve_model
+
+        self._base = SafetensorsFolder(resolve_model(self.model, cache_dir=self.cache_dir))
+        super().start()
 
     def load_adapter(self, ref: AdapterRef) -> None:
         """Check the adapter, then serve it merged (the swap is timed into the caller's load time)."""
         path = self._checked_adapter(ref)
-        lora_deltas(path)  # refuse what cannot be merged before it becomes the served adapter
-        self._loaded[ref.name] = ref
-        self._used_names.add(ref.name)
-        self.gate.switch(ref.name)
+        factors = read_lora(path)  # refuses what cannot be merged before it is served
+        self._factors[ref.name] = factors
+        self._remember(ref)
+        try:
+            self.gate.switch(ref.name)
+        except BackendError:
+            del self._loaded[ref.name], self._factors[ref.name]  # the name stays used
+            raise
         logger.info("serving adapter %s merged into the weights (from %s)", ref.name, path)
 
     def unload_adapter(self, name: str) -> None:
-        """Forget an adapter (its name stays used); the weights change at the next call that needs others."""
-        if name not in self._loaded:
-            raise BackendError(f"adapter {name!r} is not loaded; loaded: {list(self._loaded) or 'none'}")
-        del self._loaded[name]
+        """Forget an adapter (its name stays used); LMs bound to it fail from now on."""
+        self._require_loaded(name)
+        del self._loaded[name], self._factors[name]
 
-    def lm(self, adapter: str | None = None, *, cache: bool = False, **sampling: Any) -> dspy.LM:
-        """A dspy.LM bound to the base weights (adapter=None) or a loaded adapter's merged weights."""
+    def _new_lm(self, adapter: str | None, *, cache: bool, **options: Any) -> dspy.LM:
+        """Every LM is addressed as the base and bound to its weights instead (see weights_gate)."""
         from whale_dspy.backends.bound_lm import WeightsBoundLM
 
-        if adapter is not None and adapter not in self._loaded:
-            raise BackendError(f"adapter {adapter!r} is not loaded; loaded: {list(self._loaded) or 'none'}")
         if cache:
             raise BackendError(
                 "merged serving answers every adapter under one model name: DSPy's cache would mix them"
             )
-        register_dspy_provider()
         return WeightsBoundLM(
-            f"{PROVIDER}/{self.served_name}",
-            gate=self.gate,
-            weights=adapter,
-            api_base=f"{self.url}/v1",
-            api_key="EMPTY",
-            cache=False,
-            **{**self.sampling, **sampling},
+            f"{PROVIDER}/{self.served_name}", gate=self.gate, weights=adapter, cache=False, **options
         )
 
     def _env(self) -> dict[str, str]:
@@ -88,23 +95,45 @@ class MergedAdapterServer(VLLMServer):
         return ["--worker-extension-cls", WORKER_EXTENSION]
 
     def _swap(self, weights: Weights) -> None:
-        """Replace the served weights by base + `weights`' deltas (base alone for None)."""
-        if self._base is None:
-            self._base = SafetensorsFolder(self.base_model or self.model)
-        if weights is not None and weights not in self._loaded:
-            raise BackendError(f"adapter {weights!r} is not loaded; loaded: {list(self._loaded) or 'none'}")
-        deltas = lora_deltas(self._loaded[weights].path) if weights is not None else {}
-        replaced = replacement_weights(deltas, self._base, reverted=self._changed)
-        if replaced:
-            self._replace(replaced, weights)
+        """Replace the served weights by base + `weights`' deltas (base alone for None). Any failure
+        is a BackendError; after one, `_changed` still covers everything that may differ."""
+        if weights is not None:
+            self._require_loaded(weights)
+        assert self._base is not None, "start() opens the base folder"
+        try:
+            deltas = self._factors[weights].deltas() if weights is not None else {}
+            replaced = replacement_weights(deltas, self._base, reverted=self._changed)
+            self._changed |= set(deltas)
+            if replaced:
+                self._replace(replaced, set(deltas), weights or self.served_name)
+        except BackendError:
+            raise
+        except Exception as error:  # torch, safetensors, the file system
+            raise BackendError(
+                f"swapping in {weights or 'the base'} failed: {type(error).__name__}: {error}"
+            ) from error
         self._changed = set(deltas)
 
-    def _replace(self, weights: dict[str, Any], name: Weights) -> None:
+    def _replace(self, weights: dict[str, Any], adapted: set[str], label: str) -> None:
         from safetensors.torch import save_file
 
         with tempfile.TemporaryDirectory(dir=self.log_path.parent, prefix="merged-") as folder:
             path = Path(folder) / "weights.safetensors"
             save_file({key: value.contiguous() for key, value in weights.items()}, str(path))
-            label = name or self.served_name
-            self._post("/collective_rpc", {"method": REPLACE_METHOD, "args": [str(path)]}, label)
-        self._post("/reset_prefix_cache", {}, label)  # cached blocks hold the old weights' keys
+            args = [str(path), json.dumps(sorted(adapted))]
+            self._post("/collective_rpc", {"method": REPLACE_METHOD, "args": args}, label)
+        self._reset_prefix_cache(label)
+
+    def _reset_prefix_cache(self, label: str) -> None:
+        """Cached blocks hold the old weights' keys: the reset must succeed. vLLM refuses it while
+        blocks are held (a request a client gave up on may still run), so the last try resets
+        running requests too."""
+        for attempt in range(RESET_ATTEMPTS):
+            last = attempt == RESET_ATTEMPTS - 1
+            route = "/reset_prefix_cache?reset_running_requests=true" if last else "/reset_prefix_cache"
+            if self._post(route, {}, label).json().get("success"):
+                return
+            time.sleep(0.5)
+        raise BackendError(
+            f"the prefix cache could not be reset after swapping in {label}{self._failure_context()}"
+        )

@@ -50,6 +50,8 @@ def register_dspy_provider() -> None:
 class RemoteServer:
     """A running server at `url` serving `base_name`; start() and stop() do nothing."""
 
+    shared = True  # someone else's: other runs may use it too
+
     def __init__(
         self,
         url: str,
@@ -115,32 +117,38 @@ class RemoteServer:
         """Load a PEFT adapter directory under ref.name (a name never used on this server before)."""
         path = self._checked_adapter(ref)
         self._post("/v1/load_lora_adapter", {"lora_name": ref.name, "lora_path": str(path)}, ref.name)
-        self._loaded[ref.name] = ref
-        self._used_names.add(ref.name)
+        self._remember(ref)
         logger.info("loaded adapter %s from %s", ref.name, path)
 
     def unload_adapter(self, name: str) -> None:
         """Free an adapter's slot; its name stays used."""
-        if name not in self._loaded:
-            raise BackendError(f"adapter {name!r} is not loaded; loaded: {list(self._loaded) or 'none'}")
+        self._require_loaded(name)
         self._post("/v1/unload_lora_adapter", {"lora_name": name}, name)
         del self._loaded[name]
         logger.info("unloaded adapter %s", name)
 
     def lm(self, adapter: str | None = None, *, cache: bool = False, **sampling: Any) -> dspy.LM:
         """A dspy.LM for the base model (adapter=None) or a loaded adapter; sampling overrides defaults."""
+        if adapter is not None:
+            self._require_loaded(adapter)
+        register_dspy_provider()
+        options = {"api_base": f"{self.url}/v1", "api_key": "EMPTY", "cache": cache}
+        return self._new_lm(adapter, **options, **{**self.sampling, **sampling})
+
+    def _new_lm(self, adapter: str | None, **options: Any) -> dspy.LM:
+        """The LM for `adapter` (None: the base), addressed by name."""
         import dspy
 
-        if adapter is not None and adapter not in self._loaded:
-            raise BackendError(f"adapter {adapter!r} is not loaded; loaded: {list(self._loaded) or 'none'}")
-        register_dspy_provider()
-        return dspy.LM(
-            f"{PROVIDER}/{adapter or self.served_name}",
-            api_base=f"{self.url}/v1",
-            api_key="EMPTY",
-            cache=cache,
-            **{**self.sampling, **sampling},
-        )
+        return dspy.LM(f"{PROVIDER}/{adapter or self.served_name}", **options)
+
+    def _require_loaded(self, name: str) -> None:
+        if name not in self._loaded:
+            raise BackendError(f"adapter {name!r} is not loaded; loaded: {list(self._loaded) or 'none'}")
+
+    def _remember(self, ref: AdapterRef) -> None:
+        """A loaded adapter: usable by name now, its name never reused."""
+        self._loaded[ref.name] = ref
+        self._used_names.add(ref.name)
 
     def _checked_adapter(self, ref: AdapterRef) -> Path:
         """The adapter's folder, once its name is new here, it is a PEFT folder and fits our base."""

@@ -62,7 +62,7 @@ CPU_MAX_MODEL_LEN = 8192
 def runs_this_interpreter(python: str, command: Sequence[str] | None) -> bool:
     """Whether vLLM launched this way runs here, where whale_dspy (its plugin, its worker
     extension) can be imported."""
-    return command is None and Path(python).resolve() == Path(sys.executable).resolve()
+    return command is None and Path(python).absolute() == Path(sys.executable).absolute()
 
 
 def seeded_prefill_plugin_loads(python: str, command: Sequence[str] | None) -> bool:
@@ -87,6 +87,7 @@ class VLLMServer(RemoteServer):
     """Starts vLLM on a free loopback port with LoRA enabled; stop() ends its whole process group."""
 
     adapter_serving = "runtime"
+    shared = False  # a run's own
 
     def __init__(
         self,
@@ -262,6 +263,14 @@ class VLLMServer(RemoteServer):
         return f"\n--- last lines of {self.log_path} ---\n{self._process.log_tail()}"
 
 
+def folds_adapters(model: str) -> bool:
+    """Whether adapters can be merged into this model's weights here: an embedded model or a local
+    folder of safetensors (a hub id has no weights on disk to fold into)."""
+    from whale_dspy.models import EMBEDDED_MODELS
+
+    return model in EMBEDDED_MODELS or any(Path(model).expanduser().glob("*.safetensors"))
+
+
 AdapterServing = Literal["auto", "runtime", "merged"]
 ADAPTER_SERVING: tuple[str, ...] = typing.get_args(AdapterServing)
 
@@ -279,7 +288,7 @@ def embedded_server(
 
     if adapters == "auto":
         here = runs_this_interpreter(options.get("python", sys.executable), options.get("command"))
-        on_cpu = options.get("cpu", cpu_build())
-        adapters = "merged" if on_cpu and here else "runtime"
+        on_cpu = cpu_build() if options.get("cpu") is None else options["cpu"]
+        adapters = "merged" if on_cpu and here and folds_adapters(model) else "runtime"
     server_class = MergedAdapterServer if adapters == "merged" else VLLMServer
     return server_class(model, log_path=Path(run_dir) / "vllm.log", **options)

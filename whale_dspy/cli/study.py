@@ -27,9 +27,9 @@ from whale_dspy.cli.wiring import (
     RunData,
     RunSettings,
     add_run_arguments,
-    backend_for_model,
     evaluate_on_test,
     load_data,
+    make_backend,
     make_optimizer,
     name_part,
     shared_evaluations,
@@ -240,7 +240,7 @@ def run(args: argparse.Namespace) -> int:
     out = args.out / name_part(config.study_name, "study")
     data = load_data(settings)
     valset = data.domain.load("val", args.val_limit, DATA_SEED)
-    with served(backend_for_model(settings.model, out, args.server_url)) as backend:
+    with served(make_backend(settings, out, args.server_url)) as backend:
         wilcoxon = config.pruner == "wilcoxon"
         trials = StudyTrials(
             settings, data, valset, backend, out, tag=name_part(config.study_name, "study"), wilcoxon=wilcoxon

@@ -285,11 +285,10 @@ def make_phases(settings: RunSettings, backend: InferenceBackend, metric: Callab
         meta_config = MetaHarnessConfig(seed=settings.seed, prompt_only=prompt_only, threads=64)
     else:
         meta_config = MetaHarnessConfig(tasks=8, seed=settings.seed, prompt_only=prompt_only)
-    # A shared server may be sampling for other runs while this one trains (see LoraTrainer).
-    shared_server = backend.serving()["server"] != "embedded"
     rft = RejectionSamplingFinetune(
         backend=backend,
-        trainer=LoraTrainer(rft_config.training, cpu_threads=1 if shared_server else None),
+        # A shared server may be sampling for other runs while this one trains (see LoraTrainer).
+        trainer=LoraTrainer(rft_config.training, cpu_threads=1 if backend.shared else None),
         metric=metric,
         config=rft_config,
         run_dir=RunDir(run_dir),

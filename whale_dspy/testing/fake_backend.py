@@ -14,6 +14,8 @@ from whale_dspy.testing.scripted_lm import ScriptedLM
 
 
 class FakeBackend:
+    shared = False
+
     def __init__(self, lm: ScriptedLM, *, base_name: str = "base", fail_loading: set[str] | None = None):
         self.scripted = lm
         self.base_name = base_name
