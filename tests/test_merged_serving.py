@@ -194,6 +194,7 @@ def test_the_merged_server_launches_without_runtime_lora_and_with_our_worker_ext
     assert (
         argv[argv.index("--worker-extension-cls") + 1] == "whale_dspy.backends.vllm_worker.WeightReplacement"
     )
+    assert json.loads(argv[argv.index("--compilation-config") + 1]) == {"mode": 0}  # eager: layers can change
     assert server._env()["VLLM_SERVER_DEV_MODE"] == "1"
     assert server.serving()["adapters"] == "merged"
 
