@@ -99,8 +99,8 @@ def lora_deltas(adapter_dir: str | Path) -> dict[str, torch.Tensor]:
 def replacement_weights(
     deltas: dict[str, torch.Tensor], base: SafetensorsFolder, reverted: Iterable[str] = ()
 ) -> dict[str, torch.Tensor]:
-    """The full weights to serve: base + delta (float32: a trained delta is below bf16's resolution)
-    where the adapter changes one, the base's own weight for each `reverted` name."""
+    """The full weights to serve: base + delta (float32, rounded once by the server to the served
+    dtype) where the adapter changes one, the base's own weight for each `reverted` name."""
     weights = {name: base.tensor(name) for name in reverted if name not in deltas}
     for name, delta in deltas.items():
         original = base.tensor(name)

