@@ -6,10 +6,12 @@ from __future__ import annotations
 import signal
 import sys
 import threading
+import weakref
 
 import dspy
 import pytest
 
+from whale_dspy.backends import process
 from whale_dspy.backends.process import ManagedProcess, group_members, kill_all_now
 from whale_dspy.cli import main as cli_main
 from whale_dspy.evaluation import evaluate
@@ -65,6 +67,12 @@ def test_an_interrupted_evaluation_does_not_wait_for_its_rollouts_in_flight() ->
         assert not finished.is_set()  # it returned while the slow rollout still ran
     finally:
         released.set()
+
+
+@pytest.fixture(autouse=True)
+def own_registry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """kill_all_now kills every group this process started: keep the session's vLLM servers out."""
+    monkeypatch.setattr(process, "_started", weakref.WeakSet())
 
 
 def test_the_first_signal_unwinds_and_the_second_kills_what_we_started(tmp_path, monkeypatch) -> None:
