@@ -6,8 +6,7 @@ worker extension live here), and those must not pay for dspy.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from whale_dspy.lazy_exports import lazy_getattr
 
 _EXPORTS = {
     "DEFAULT_MODEL": "vllm_server",
@@ -22,7 +21,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"whale_dspy.backends.{_EXPORTS[name]}"), name)
+__getattr__ = lazy_getattr(__name__, _EXPORTS)
