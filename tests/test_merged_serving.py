@@ -339,3 +339,23 @@ def test_a_failed_swap_stops_the_evaluation_even_when_the_harness_catches_it() -
     task = dspy.Example(task_id="t0", question="q", answer="a").with_inputs("question")
     with pytest.raises(BackendError, match="inference server failed.*was refused"):
         evaluate(program, [task], metric=lambda e, p, trace=None: 1.0, lm=lm, k=2, threads=1)
+
+
+def test_a_failed_swap_on_the_async_path_reaches_the_rollouts_watch() -> None:
+    import asyncio
+
+    from whale_dspy.backends.bound_lm import WeightsBoundLM
+    from whale_dspy.rollouts import RolloutWatch, _current_watch
+
+    def refused(weights: object) -> None:
+        raise BackendError("/collective_rpc refused")
+
+    lm = WeightsBoundLM("whale-vllm/base", gate=WeightsGate(refused), weights="a1", api_base="http://x/v1")
+    watch = RolloutWatch()
+    token = _current_watch.set(watch)
+    try:
+        with pytest.raises(BackendError):
+            asyncio.run(lm.acall("hi"))
+    finally:
+        _current_watch.reset(token)
+    assert isinstance(watch.server_failure, BackendError)  # the waiting thread ran in our context

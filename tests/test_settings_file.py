@@ -66,3 +66,26 @@ def test_config_show_checks_names_before_anything_starts(tmp_path: Path, capsys)
     assert "error" in capsys.readouterr().err
     assert main(["config", "show", "--budget", "5"]) == 2
     assert "need a domain" in capsys.readouterr().err
+
+
+def test_compare_and_study_take_their_domain_from_the_file(tmp_path: Path) -> None:
+    from whale_dspy.cli import compare, study
+
+    path = tmp_path / "run.toml"
+    path.write_text('domain = "math"\nbudget = 40\nschedule = "fixed:1,1"\n')
+    runs, _ = compare.plan(
+        build_parser().parse_args(["compare", "--config", str(path), "--methods", "whale"])
+    )
+    assert [settings.schedule for settings, _ in runs] == ["fixed:1,1"]  # the file's, not the default
+    with pytest.raises(ConfigError, match="searches the schedule"):
+        study.run_settings(build_parser().parse_args(["study", "--config", str(path), "--trials", "1"]))
+    path.write_text('domain = "math"\nbudget = 40\n')
+    assert (
+        study.run_settings(
+            build_parser().parse_args(["study", "--config", str(path), "--trials", "1"])
+        ).budget
+        == 40
+    )
+    path.write_text('domain = "math"\nseed = 3\n')
+    with pytest.raises(ConfigError, match="--methods and --seeds"):
+        compare.plan(build_parser().parse_args(["compare", "--config", str(path)]))

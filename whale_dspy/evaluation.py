@@ -115,23 +115,24 @@ def evaluate(
     started = time.perf_counter()
     rollouts: list[Rollout] = []
     pool = ThreadPoolExecutor(max_workers=threads)
-    futures = [
-        pool.submit(
-            contextvars.copy_context().run,
-            run_rollout,
-            program,
-            example,
-            lm=lm,
-            metric=metric,
-            sample=sample,
-            rollout_id=derive_seed(namespace, example.get("task_id"), sample),
-            temperature=temperature,
-            **sampling,
-        )
-        for example, sample in jobs
-    ]
+    futures = []
     wait_for_running = True
     try:
+        for example, sample in jobs:
+            futures.append(
+                pool.submit(
+                    contextvars.copy_context().run,
+                    run_rollout,
+                    program,
+                    example,
+                    lm=lm,
+                    metric=metric,
+                    sample=sample,
+                    rollout_id=derive_seed(namespace, example.get("task_id"), sample),
+                    temperature=temperature,
+                    **sampling,
+                )
+            )
         for future in as_completed(futures):
             rollout = future.result()
             rollouts.append(rollout)

@@ -6,6 +6,7 @@ Imported only when a merged-serving server hands out an LM (it needs dspy at imp
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 from typing import Any
 
@@ -69,8 +70,15 @@ class WeightsBoundLM(dspy.LM):
             except RuntimeError:  # the loop closed while we waited: nobody will use the hold
                 self.gate.release()
 
-        threading.Thread(target=wait, name="whale-weights-wait", daemon=True).start()
-        await granted
+        # The thread runs in a copy of this context, so a failed swap reaches the rollout's watch.
+        context = contextvars.copy_context()
+        threading.Thread(target=context.run, args=(wait,), name="whale-weights-wait", daemon=True).start()
+        try:
+            await granted
+        except asyncio.CancelledError:  # cancelled after the hold was granted: give it back
+            if granted.done() and not granted.cancelled() and granted.exception() is None:
+                self.gate.release()
+            raise
 
     def _acquire(self) -> None:
         """Hold the weights; a failed swap is the server's failure, not the harness's (the rollout

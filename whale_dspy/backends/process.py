@@ -142,8 +142,14 @@ class ManagedProcess:
 
     def stop(self) -> None:
         if self._finalizer is not None:
-            self._finalizer()
-            _started.discard(self)
+            try:
+                self._finalizer()
+            except BaseException:  # a Ctrl-C cut the grace period short: no second chance at exit
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self._proc.pid, signal.SIGKILL)
+                raise
+            finally:
+                _started.discard(self)
             logger.info("stopped pid %s", self.pid)
 
     def log_tail(self, lines: int = 30) -> str:

@@ -21,7 +21,7 @@ from rich.console import Console
 
 from whale_dspy.cli.report import print_summary, write_outputs
 from whale_dspy.cli.run import check_same_settings, execute, served
-from whale_dspy.cli.settings_file import settings_from_args
+from whale_dspy.cli.settings_file import given_settings, settings_from_args
 from whale_dspy.cli.wiring import (
     SCHEDULE_HELP,
     RunSettings,
@@ -55,12 +55,15 @@ def plan(args: argparse.Namespace) -> tuple[list[tuple[RunSettings, Path]], Path
     from optimizers.schedules import parse_schedule
     from whale_dspy.reporting.tables import schedule_label
 
-    if not args.domain:
-        raise ConfigError("whale compare needs --domain")
+    given = given_settings(args)
+    if not given.get("domain"):
+        raise ConfigError("whale compare needs --domain (or `domain = ...` in its --config file)")
+    if {"method", "seed"} & set(given):
+        raise ConfigError("whale compare takes methods and seeds from --methods and --seeds, not from a file")
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     for method in methods:
         get_method(method)
-    specs = getattr(args, "schedule", None) or [RunSettings.schedule]
+    specs = getattr(args, "schedule", None) or [given.get("schedule", RunSettings.schedule)]
     if len({parse_schedule(spec) for spec in specs}) < len(specs):
         raise ConfigError(f"--schedule lists one schedule twice: {specs}")
     try:

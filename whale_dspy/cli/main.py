@@ -53,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
 class StopOnSignals:
     """Ctrl-C or SIGTERM unwinds at once like KeyboardInterrupt: every `with server:` stops its
     vLLM, and evaluations do not wait for their rollouts in flight. A second signal SIGKILLs the
-    process groups we started and exits, without waiting for anything."""
+    process groups started through ManagedProcess (vLLM servers) and exits, without waiting."""
 
     def __init__(self) -> None:
         self.received = 0
@@ -96,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"whale: error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
+        kill_all_now()  # every `with server:` has unwound; a stop cut short left nothing behind
         return 130
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from whale_dspy.cli.run import served
-from whale_dspy.cli.settings_file import settings_from_args
+from whale_dspy.cli.settings_file import given_settings, settings_from_args
 from whale_dspy.cli.wiring import (
     DATA_SEED,
     RunData,
@@ -119,8 +119,13 @@ def run_settings(args: argparse.Namespace) -> RunSettings:
         raise ConfigError(
             "whale study searches the schedule: drop --schedule (narrow the range with --space)"
         )
-    if args.domain is None or args.budget is None:
-        raise ConfigError("whale study needs --domain and --budget (rollouts per trial)")
+    given = given_settings(args)
+    if "schedule" in given:
+        raise ConfigError("whale study searches the schedule: drop `schedule` from its --config file")
+    if "domain" not in given or "budget" not in given:
+        raise ConfigError(
+            "whale study needs --domain and --budget (rollouts per trial), as flags or in --config"
+        )
     return settings_from_args(args)
 
 
