@@ -21,7 +21,7 @@ from rich.console import Console
 
 from whale_dspy.cli.report import print_summary, write_outputs
 from whale_dspy.cli.run import check_same_settings, execute, served
-from whale_dspy.cli.settings_file import given_settings, settings_from_args
+from whale_dspy.cli.settings_file import given_settings
 from whale_dspy.cli.wiring import (
     SCHEDULE_HELP,
     RunSettings,
@@ -72,7 +72,7 @@ def plan(args: argparse.Namespace) -> tuple[list[tuple[RunSettings, Path]], Path
         raise ConfigError(f"--seeds must be comma-separated integers, got {args.seeds!r}") from None
     if not methods or not seeds:
         raise ConfigError("whale compare needs at least one method and one seed")
-    base = settings_from_args(argparse.Namespace(**{**vars(args), "schedule": specs[0]}))
+    base = RunSettings(**{**given, "schedule": specs[0]})
     out = args.out or Path("runs") / f"compare-{base.domain}"
     runs = []
     for seed in seeds:

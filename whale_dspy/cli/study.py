@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from whale_dspy.cli.run import served
-from whale_dspy.cli.settings_file import given_settings, settings_from_args
+from whale_dspy.cli.settings_file import given_settings
 from whale_dspy.cli.wiring import (
     DATA_SEED,
     RunData,
@@ -115,18 +115,17 @@ def study_config(args: argparse.Namespace, settings: RunSettings) -> Any:
 
 
 def run_settings(args: argparse.Namespace) -> RunSettings:
-    if getattr(args, "schedule", None) is not None:
-        raise ConfigError(
-            "whale study searches the schedule: drop --schedule (narrow the range with --space)"
-        )
-    given = given_settings(args)
+    given = given_settings(args)  # the flags and the --config file together
     if "schedule" in given:
-        raise ConfigError("whale study searches the schedule: drop `schedule` from its --config file")
+        raise ConfigError(
+            "whale study searches the schedule: drop --schedule, or `schedule` from the --config file "
+            "(narrow the range with --space)"
+        )
     if "domain" not in given or "budget" not in given:
         raise ConfigError(
             "whale study needs --domain and --budget (rollouts per trial), as flags or in --config"
         )
-    return settings_from_args(args)
+    return RunSettings(**given)
 
 
 def run_arguments(settings: RunSettings) -> list[str]:
