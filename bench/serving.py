@@ -40,7 +40,6 @@ from typing import Any
 import httpx
 
 from whale_dspy.backends import default_dtype, embedded_server
-from whale_dspy.cli.run import served
 from whale_dspy.cli.smoke import make_random_adapter
 from whale_dspy.records import AdapterRef
 
@@ -140,7 +139,10 @@ def before_after(args: argparse.Namespace) -> list[tuple]:
     rows = []
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
         before, after = before_after_servers(args, Path(tmp))
-        servers = [stack.enter_context(served(server)) for server in (before, after)]
+        servers = [before, after]
+        for server in servers:  # the fake backend is no context manager: start and stop explicitly
+            server.start()
+            stack.callback(server.stop)
         ref = bench_adapter(args, after.base_model, Path(tmp))
         for server in servers:
             started = time.perf_counter()
