@@ -13,6 +13,8 @@ from collections.abc import Callable
 
 import chess
 
+from whale_dspy.protocols import stateful_tool
+
 _MOVE_NUMBER = re.compile(r"^\d+\.+")
 
 
@@ -90,10 +92,14 @@ def score_answer(fen: str, line: list[str], answer: str) -> float:
     return 1.0 if episode.solved else 0.0
 
 
+def legal_san(board: chess.Board) -> list[str]:
+    return sorted(board.san(move) for move in board.legal_moves)
+
+
 def describe(board: chess.Board) -> str:
     """A text view of the position for an LM: diagram, FEN, side to move, legal moves."""
     side = "white" if board.turn == chess.WHITE else "black"
-    legal = " ".join(sorted(board.san(move) for move in board.legal_moves))
+    legal = " ".join(legal_san(board))
     return (
         f"Board (uppercase = white, white at the bottom):\n{board}\n"
         f"FEN: {board.fen()}\nSide to move: {side}\nLegal moves (SAN): {legal}"
@@ -109,12 +115,19 @@ class ChessPuzzleEnv:
     def __init__(self, fen: str, line: list[str]) -> None:
         self._episode = PuzzleEpisode(fen, line)
 
+    @stateful_tool
     def observe_board(self) -> str:
         """Show the current position: board diagram, FEN, side to move and the legal moves."""
         status = "solved" if self._episode.solved else "failed" if self._episode.failed else "in progress"
         played = " ".join(self._episode.played) or "none"
         return f"{describe(self._episode.board)}\nYour moves so far: {played}\nPuzzle: {status}"
 
+    @stateful_tool
+    def legal_moves(self) -> list[str]:
+        """The moves you may play now, in SAN (none once the episode is over)."""
+        return [] if self._episode.over else legal_san(self._episode.board)
+
+    @stateful_tool
     def play_move(self, move: str) -> str:
         """Play your move (UCI like e2e4 or SAN like Nf3). The reply starts with "Correct" (with the
         opponent's answer, or "Puzzle solved"), "Wrong move" (failed), "Illegal" (try again) or
@@ -137,4 +150,8 @@ class ChessPuzzleEnv:
         return f"Wrong move: {san} is legal but not the solution. The episode is over (failed)."
 
     def tools(self) -> dict[str, Callable[..., str]]:
-        return {"observe_board": self.observe_board, "play_move": self.play_move}
+        return {
+            "observe_board": self.observe_board,
+            "legal_moves": self.legal_moves,
+            "play_move": self.play_move,
+        }

@@ -20,14 +20,15 @@ def accepted(rollouts: Sequence[Rollout], threshold: float) -> list[Rollout]:
 
 
 def sft_examples(rollouts: Sequence[Rollout]) -> list[SFTExample]:
-    """One example per LM call of each rollout, in rollout order then call order.
+    """One example per LM call that produced each rollout's answer, in rollout order then call order.
 
     A call whose completion the adapter could not parse is left out: in a rollout that
     succeeded through DSPy's JSON retry, that malformed first answer is what not to learn.
+    So are the calls of samples a majority vote or a retry did not keep (the losing votes).
     """
     return [
         SFTExample(messages=call.messages, completion=call.completion)
         for rollout in rollouts
-        for call in rollout.lm_calls
+        for call in rollout.answering_calls
         if call.parsed
     ]

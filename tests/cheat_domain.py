@@ -64,7 +64,7 @@ def reachable(start):
     stack, seen = [start], set()
     while stack:
         obj = stack.pop()
-        if id(obj) in seen or len(seen) > 5000:
+        if id(obj) in seen or len(seen) > 50000:
             continue
         seen.add(id(obj))
         yield obj

@@ -21,7 +21,12 @@ from whale_dspy.rollouts import run_rollout
 from whale_dspy.testing.scripted_lm import ScriptedLM
 
 SEEDS = Path(__file__).parent.parent / "harness_programs"
-SEED_TOOLS = {"search": lambda query, k=1: "[t] text", "observe_board": lambda: "board", "play_move": str}
+SEED_TOOLS = {
+    "search": lambda query, k=1: "[t] text",
+    "observe_board": lambda: "board",
+    "legal_moves": lambda: ["e4"],
+    "play_move": str,
+}
 EVERYWHERE = {
     "chain_of_thought",
     "majority_vote",
@@ -31,6 +36,8 @@ EVERYWHERE = {
     "constrained_decoding_on",
     "greedy_decoding",
     "more_tokens",
+    "answer_from_choices",
+    "numeric_answer",
 }
 APPLIES = {
     "math_h0": EVERYWHERE,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from whale_dspy.records import AdapterRef, ProposerUsage, SFTExample, TrainResult
 
@@ -20,6 +20,24 @@ if TYPE_CHECKING:
 
 Tools = dict[str, Callable[..., Any]]
 """The tools a harness receives: name -> plain Python callable (fresh per rollout)."""
+
+STATEFUL_TOOL = "stateful"
+"""The attribute (True) of a tool that holds one episode's state, like chess's board: a harness block
+that re-runs the harness (a vote, a retry) refuses such tools, since every run would play on in the
+same episode. Sandboxed candidates see the mark on their tool stubs."""
+
+ToolFn = TypeVar("ToolFn", bound=Callable[..., Any])
+
+
+def stateful_tool(tool: ToolFn) -> ToolFn:
+    """Mark `tool` (a function; its bound methods carry the mark too) as holding an episode's state."""
+    setattr(tool, STATEFUL_TOOL, True)
+    return tool
+
+
+def is_stateful(tool: Callable[..., Any]) -> bool:
+    return getattr(tool, STATEFUL_TOOL, False) is True
+
 
 SPLITS = ("train", "search", "val", "test")
 """WHALE's task roles: weight training, harness search, validation (studies), held-out test."""

@@ -33,6 +33,11 @@ class TrainResult:
     seconds: float
 
 
+WINNING_SAMPLE = "winning_sample"
+"""The prediction field in which a harness block that draws several samples of the harness (a
+majority vote, verify-and-retry) names the rollout id of the sample whose answer it kept."""
+
+
 @dataclass(frozen=True)
 class LMCall:
     """One LM request of a rollout: the messages sent and the raw completion returned."""
@@ -105,6 +110,15 @@ class Rollout:
     def parsed(self) -> bool:
         """False when the harness raised (a parse failure included) or returned nothing."""
         return self.error is None and self.prediction is not None
+
+    @property
+    def answering_calls(self) -> tuple[LMCall, ...]:
+        """The LM calls that produced the answer: those of the sample a vote or retry kept (its
+        prediction's WINNING_SAMPLE rollout id), else every call."""
+        winner = (self.prediction or {}).get(WINNING_SAMPLE)
+        if winner is None:
+            return self.lm_calls
+        return tuple(call for call in self.lm_calls if call.sampling.get("rollout_id") == winner)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

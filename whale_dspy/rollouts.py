@@ -29,7 +29,7 @@ from dspy.utils.exceptions import LMProviderError, LMTransportError
 from whale_dspy.errors import BackendError
 from whale_dspy.harness import HarnessProgram
 from whale_dspy.jsonl import to_jsonable
-from whale_dspy.protocols import Tools
+from whale_dspy.protocols import Tools, is_stateful, stateful_tool
 from whale_dspy.records import LMCall, Rollout, ToolCall
 
 log = logging.getLogger(__name__)
@@ -70,7 +70,7 @@ class ToolRecorder:
         traced.__doc__ = inspect.getdoc(tool)
         with contextlib.suppress(TypeError, ValueError):  # a builtin without a signature keeps none
             traced.__signature__ = inspect.signature(tool)  # type: ignore[attr-defined]
-        return traced
+        return stateful_tool(traced) if is_stateful(tool) else traced
 
     def _record(self, call: ToolCall) -> None:
         with self._lock:

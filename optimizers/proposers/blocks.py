@@ -4,8 +4,8 @@ They are real Python here so they are linted and unit-tested; the mutation
 proposer copies a block's source (`inspect.getsource`) into the candidate, which
 must stay a standalone file. Each wrapper takes the program `build` made and
 runs it under one new mechanism. Blocks read their knob (VOTES, RETRIES,
-OUTPUT_ADAPTER, TEMPERATURE, MAX_TOKENS, DEMOS) as a module-level constant of the harness they are
-copied into. Tool blocks (`second_hop`, `rewritten_queries`) change what a tool does before the
+OUTPUT_ADAPTER, TEMPERATURE, MAX_TOKENS, DEMOS, ANSWER_VALUES) as a module-level constant of the harness
+they are copied into. Tool blocks (`second_hop`, `rewritten_queries`) change what a tool does before the
 harness gets it.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import collections
 import re
-from typing import Any
+from typing import Any, Literal
 
 import dspy
 
@@ -31,7 +31,15 @@ MAX_TOKENS: int | None = None
 DEMOS: list[dict[str, Any]] = []
 """Worked examples (one predictor call's input and output fields) from accepted search rollouts."""
 
+ANSWER_VALUES = "choices"
+"""What the answer field may hold: 'choices' (one of the values a tool lists, e.g. the legal moves) or
+'number'; decoded under the server's structured output, so nothing else can come out."""
+
 VALIDATOR_WORDS = ("verify", "check", "validate")
+CHOICE_WORDS = ("legal", "choices", "options")
+"""A tool whose name holds one of these lists the values an answer may take."""
+WINNING_SAMPLE = "winning_sample"
+"""The prediction field naming the kept sample's rollout id (`whale_dspy.records.WINNING_SAMPLE`)."""
 REJECTION_WORDS = ("invalid", "illegal", "error", "false", "incorrect")
 
 
@@ -39,7 +47,8 @@ def run_with(inner: dspy.Module, inputs: dict[str, Any], **settings: Any) -> dsp
     """Run `inner` on a copy of the rollout's LM with `settings` changed.
 
     The copy's LM calls go back into the rollout LM's history, which is the trace
-    the optimizer records and trains on, with the settings they were made under.
+    the optimizer records and trains on, with the settings they were made under (a call's own
+    and a nested block's settings win, as they did in the request).
     """
     lm = dspy.settings.lm
     own = lm.copy(**settings)
@@ -48,20 +57,40 @@ def run_with(inner: dspy.Module, inputs: dict[str, Any], **settings: Any) -> dsp
             return inner(**inputs)
     finally:
         for entry in own.history:
-            entry["kwargs"] = {**(entry.get("kwargs") or {}), **settings}
+            entry["kwargs"] = {**settings, **(entry.get("kwargs") or {})}
         lm.history.extend(own.history)
+
+
+def sample_id(index: int) -> int | None:
+    """The rollout id sample `index` runs under: the rollout's own for the first, a distinct one after."""
+    own = dspy.settings.lm.kwargs.get("rollout_id")
+    return own if index == 0 else (own or 0) * 1009 + index
 
 
 def run_sample(inner: dspy.Module, inputs: dict[str, Any], index: int) -> dspy.Prediction:
     """Run `inner` once under a distinct rollout id and seed, so neither DSPy's cache nor a
-    seeded server sampler can repeat a sample."""
+    seeded server sampler can repeat a sample; the prediction names the sample (WINNING_SAMPLE),
+    so only the LM calls that produced a kept answer are trained on."""
     lm = dspy.settings.lm
     if index == 0:
-        return inner(**inputs)
-    distinct = {"rollout_id": (lm.kwargs.get("rollout_id") or 0) * 1009 + index}
-    if lm.kwargs.get("seed") is not None:  # same seed, same prompt: the server draws the same sample
-        distinct["seed"] = (lm.kwargs["seed"] * 1009 + index) % 2**31
-    return run_with(inner, inputs, **distinct)
+        prediction = inner(**inputs)
+    else:
+        distinct = {"rollout_id": sample_id(index)}
+        if lm.kwargs.get("seed") is not None:  # same seed, same prompt: the server draws the same sample
+            distinct["seed"] = (lm.kwargs["seed"] * 1009 + index) % 2**31
+        prediction = run_with(inner, inputs, **distinct)
+    if WINNING_SAMPLE not in prediction and sample_id(index) is not None:
+        prediction[WINNING_SAMPLE] = sample_id(index)  # an inner wrapper's own pick is more precise
+    return prediction
+
+
+def refuse_stateful(block: str, tools: dict[str, Any]) -> None:
+    """A block that re-runs the harness cannot share one episode's tools between runs (each later
+    run would play on in the same episode), and forking the episode would let a harness search
+    against the verifier's replies: refused. (`stateful` is `whale_dspy.protocols.STATEFUL_TOOL`.)"""
+    held = sorted(name for name, tool in tools.items() if getattr(tool, "stateful", False))
+    if held:
+        raise ValueError(f"{block} re-runs the harness, but its tools {held} hold one episode's state")
 
 
 class WithSampling(dspy.Module):
@@ -141,8 +170,9 @@ def rewritten_queries(tools: dict[str, Any]) -> dict[str, Any]:
 class MajorityVote(dspy.Module):
     """Sample the harness VOTES times and keep the most common answer (self-consistency)."""
 
-    def __init__(self, inner: dspy.Module, signature: type[dspy.Signature]) -> None:
+    def __init__(self, inner: dspy.Module, signature: type[dspy.Signature], tools: dict[str, Any]) -> None:
         super().__init__()
+        refuse_stateful("majority vote", tools)
         self.inner = inner
         self.output = next(iter(signature.output_fields))
 
@@ -165,6 +195,7 @@ class VerifyAndRetry(dspy.Module):
 
     def __init__(self, inner: dspy.Module, signature: type[dspy.Signature], tools: dict[str, Any]) -> None:
         super().__init__()
+        refuse_stateful("verify-and-retry", tools)
         self.inner = inner
         self.output = next(iter(signature.output_fields))
         self.validator = next(
@@ -255,3 +286,52 @@ class UseAdapter(dspy.Module):
         adapter = dspy.JSONAdapter() if OUTPUT_ADAPTER == "json" else dspy.ChatAdapter()
         with dspy.context(adapter=adapter):
             return self.inner(**inputs)
+
+
+class ConstrainedAnswer(dspy.Module):
+    """Decode each predictor's answer field under ANSWER_VALUES through the server's structured
+    output: one of the values a tool lists (read again before every call, as an episode moves on)
+    or a number."""
+
+    def __init__(self, inner: dspy.Module, signature: type[dspy.Signature], tools: dict[str, Any]) -> None:
+        super().__init__()
+        self.inner = inner
+        self.answer = next(iter(signature.output_fields))
+        self.choices = next(
+            (tool for name, tool in tools.items() if any(w in name.lower() for w in CHOICE_WORDS)), None
+        )
+        if ANSWER_VALUES == "choices" and self.choices is None:
+            raise ValueError(f"no tool lists the answer's values (a tool named with one of {CHOICE_WORDS})")
+
+    def forward(self, **inputs: Any) -> dspy.Prediction:
+        with dspy.context(adapter=ValueAdapter(self.answer, self.value_type)):
+            return self.inner(**inputs)
+
+    def value_type(self) -> Any:
+        """The answer's type for the next call (None: leave the field as it is)."""
+        if ANSWER_VALUES == "number":
+            return float
+        values = tuple(dict.fromkeys(str(value) for value in self.choices()))
+        return Literal[values] if values else None
+
+
+class ValueAdapter(dspy.JSONAdapter):
+    """dspy.JSONAdapter with one output field retyped per call: the field named like the task's
+    answer, else the predictor's last output field (a reasoning field stays free text)."""
+
+    def __init__(self, answer: str, value_type: Any) -> None:
+        super().__init__()
+        self.answer = answer
+        self.value_type = value_type
+
+    def __call__(self, lm: Any, lm_kwargs: Any, signature: Any, demos: Any, inputs: Any) -> Any:
+        return super().__call__(lm, lm_kwargs, self.retyped(signature), demos, inputs)
+
+    async def acall(self, lm: Any, lm_kwargs: Any, signature: Any, demos: Any, inputs: Any) -> Any:
+        return await super().acall(lm, lm_kwargs, self.retyped(signature), demos, inputs)
+
+    def retyped(self, signature: Any) -> Any:
+        outputs = list(signature.output_fields)
+        field = self.answer if self.answer in outputs else outputs[-1]
+        kind = self.value_type()
+        return signature if kind is None else signature.with_updated_fields(field, type_=kind)

@@ -29,8 +29,10 @@ Mechanisms within reach: reasoning (dspy.ChainOfThought); the harness's own samp
 (`dspy.Predict(signature, temperature=0.0, max_tokens=256)`; the sandbox caps max_tokens); few-shot
 demos (`predictor.demos = [dspy.Example(field=value, ...)]` copied from successful traces below; a
 task must never see its own demo); retrieval (a keyword query written for the search tool, a second
-search with a title the first hit names, more passages); constrained output (dspy.JSONAdapter);
-majority votes, verify-and-retry, reading the answer off a raw completion.
+search with a title the first hit names, more passages); constrained output (dspy.JSONAdapter; an
+answer field typed `Literal[...]` of the values a tool lists, or `float`, is decoded under the server's
+JSON schema); majority votes and verify-and-retry (only where no tool holds an episode's state: a tool
+with `stateful = True` must not be re-run), reading the answer off a raw completion.
 Write complete, runnable code: no placeholders, no ellipses."""
 
 PROMPT_ONLY = """PROMPT-ONLY MODE: change nothing but prompt text (string constants, docstrings, instructions,

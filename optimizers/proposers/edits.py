@@ -26,7 +26,12 @@ from whale_dspy.records import Rollout
 
 EditFn = Callable[[str, random.Random], str | None]
 
-BLOCK_IMPORTS = {"collections": "import collections", "re": "import re", "Any": "from typing import Any"}
+BLOCK_IMPORTS = {
+    "collections": "import collections",
+    "re": "import re",
+    "Any": "from typing import Any",
+    "Literal": "from typing import Literal",
+}
 """Names the blocks use -> the import a harness needs for them."""
 
 INSTRUCTION_BANK = (
@@ -241,6 +246,21 @@ def _retrieval(name: str, block: Callable[..., object]) -> EditFn:
 SEARCH_TOOL = re.compile(r"""tools\[\s*["']search["']\s*\]""")
 
 
+def constrained_answer(values: str) -> EditFn:
+    """Decode the answer as one of a tool's listed values or as a number (switching a harness that
+    constrains it already to the other kind)."""
+
+    def edit(code: str, rng: random.Random) -> str | None:
+        if _defines(code, blocks.ConstrainedAnswer.__name__):
+            return set_constant(code, "ANSWER_VALUES", values)
+        parts = (blocks.ValueAdapter, blocks.ConstrainedAnswer)
+        knobs = {"ANSWER_VALUES": values, "CHOICE_WORDS": blocks.CHOICE_WORDS}
+        call = "ConstrainedAnswer({inner}, signature, tools)"
+        return wrap_build(code, f"{values}_answer", parts, knobs, call)
+
+    return edit
+
+
 def few_shot(code: str, demos: list[dict[str, object]]) -> str | None:
     """Put `demos` into the harness's predictors (adding the few-shot block on first use)."""
     if not demos:
@@ -278,6 +298,10 @@ def set_output_adapter(code: str, adapter: str) -> str | None:
     )
 
 
+RESAMPLING = (blocks.run_with, blocks.sample_id, blocks.run_sample, blocks.refuse_stateful)
+"""What a block that re-runs the harness needs (distinct samples, the kept one named, no episode state)."""
+RESAMPLING_KNOBS = {"WINNING_SAMPLE": blocks.WINNING_SAMPLE}
+
 EDITS: tuple[Edit, ...] = (
     Edit(
         "chain_of_thought",
@@ -289,9 +313,9 @@ EDITS: tuple[Edit, ...] = (
         "Sampling several answers and voting removes unlucky samples (self-consistency).",
         _wrapper(
             "majority_vote",
-            (blocks.run_with, blocks.run_sample, blocks.MajorityVote),
-            {"VOTES": blocks.VOTES},
-            "MajorityVote({inner}, signature)",
+            (*RESAMPLING, blocks.MajorityVote),
+            {"VOTES": blocks.VOTES, **RESAMPLING_KNOBS},
+            "MajorityVote({inner}, signature, tools)",
         ),
     ),
     Edit(
@@ -299,9 +323,10 @@ EDITS: tuple[Edit, ...] = (
         "Checking the answer (with a validator tool if any) and retrying fixes empty or rejected answers.",
         _wrapper(
             "verify_retry",
-            (blocks.run_with, blocks.run_sample, blocks.VerifyAndRetry),
+            (*RESAMPLING, blocks.VerifyAndRetry),
             {
                 "RETRIES": blocks.RETRIES,
+                **RESAMPLING_KNOBS,
                 "VALIDATOR_WORDS": blocks.VALIDATOR_WORDS,
                 "REJECTION_WORDS": blocks.REJECTION_WORDS,
             },
@@ -368,6 +393,17 @@ EDITS: tuple[Edit, ...] = (
         "rewrite_query",
         "A keyword query written for the search engine retrieves better passages than the raw question.",
         _retrieval("rewrite_query", blocks.rewritten_queries),
+    ),
+    Edit(
+        "answer_from_choices",
+        "Decoding the answer as one of the values a tool lists (a Literal, e.g. the legal moves) stops "
+        "answers outside the set.",
+        constrained_answer("choices"),
+    ),
+    Edit(
+        "numeric_answer",
+        "Decoding the answer as a number (structured output) stops words and units around it.",
+        constrained_answer("number"),
     ),
     Edit(
         "constrained_decoding_off",

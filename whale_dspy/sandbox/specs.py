@@ -17,7 +17,7 @@ import pydantic
 
 from whale_dspy.errors import ConfigError
 from whale_dspy.jsonl import to_jsonable
-from whale_dspy.protocols import Tools
+from whale_dspy.protocols import Tools, is_stateful, stateful_tool
 
 LM_KWARGS = frozenset(
     {
@@ -98,7 +98,8 @@ def rebuild_signature(description: dict[str, Any]) -> type[dspy.Signature]:
 
 
 def describe_tools(tools: Tools) -> list[dict[str, Any]]:
-    """Each tool's name, docstring and parameters (simple annotations and JSON defaults only)."""
+    """Each tool's name, docstring, parameters (simple annotations and JSON defaults only) and
+    whether it holds an episode's state."""
     return [_describe_tool(name, tool) for name, tool in tools.items()]
 
 
@@ -117,7 +118,7 @@ def _describe_tool(name: str, tool: Callable[..., Any]) -> dict[str, Any]:
         if parameter.default is not inspect.Parameter.empty:
             spec["default"] = to_jsonable(parameter.default)
         params.append(spec)
-    return {"name": name, "doc": inspect.getdoc(tool) or "", "params": params}
+    return {"name": name, "doc": inspect.getdoc(tool) or "", "params": params, "stateful": is_stateful(tool)}
 
 
 def tool_stub(spec: dict[str, Any], call: Callable[[str, list[Any], dict[str, Any]], Any]) -> Callable:
@@ -138,7 +139,7 @@ def tool_stub(spec: dict[str, Any], call: Callable[[str, list[Any], dict[str, An
     stub.__doc__ = spec["doc"]
     stub.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
     stub.__annotations__ = annotations
-    return stub
+    return stateful_tool(stub) if spec.get("stateful") else stub
 
 
 ADAPTERS: dict[str, type[dspy.Adapter]] = {
