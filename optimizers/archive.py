@@ -9,6 +9,7 @@ People and proposers read the same files, so the layout is plain:
     <archive>/archive.jsonl        one summary line per candidate (appended, flushed)
     <archive>/iterations.jsonl     one line per finished iteration (resume replays it)
     <archive>/frontier.json        Pareto frontier of accuracy against tokens per rollout
+    <archive>/labels.json          the search tasks' gold fields, by task id (for proposers only)
 
 A candidate is written into a hidden staging folder and renamed into place, so
 a crash never leaves a half candidate; reopening drops stale staging folders and
@@ -40,6 +41,7 @@ HARNESS_FILE, META_FILE, TRACES_FILE, SMOKE_FILE, DIFF_FILE = (
     "diff.patch",
 )
 SUMMARY_FILE, ITERATIONS_FILE, FRONTIER_FILE = "archive.jsonl", "iterations.jsonl", "frontier.json"
+LABELS_FILE = "labels.json"
 STAGING_PREFIX = ".staging-"
 
 
@@ -179,6 +181,15 @@ class HarnessArchive:
         """The best n valid candidates, or the first one (h0) while none is valid: a fix may start there."""
         return self.best(n) or self.candidates[:1]
 
+    def parent_diff(self, name: str) -> str | None:
+        path = self.folder(name) / DIFF_FILE
+        return path.read_text() if path.exists() else None
+
+    def labels(self) -> dict[str, dict[str, Any]]:
+        """The search tasks' gold fields by task id, as far as the phase recorded them."""
+        path = self.path / LABELS_FILE
+        return json.loads(path.read_text()) if path.exists() else {}
+
     def find_digest(self, digest: str) -> CandidateMeta | None:
         return next((m for m in self._metas.values() if m.digest == digest and m.status != "duplicate"), None)
 
@@ -209,6 +220,12 @@ class HarnessArchive:
         self._metas[meta.name] = meta
         append_jsonl(self.path / SUMMARY_FILE, meta.to_dict())
         atomic_write_json(self.path / FRONTIER_FILE, [self._frontier_row(m) for m in self.frontier()])
+
+    def record_labels(self, labels: dict[str, dict[str, Any]]) -> None:
+        """The search tasks' gold fields, so a proposer reads what a failing trace should have
+        answered. They never reach a candidate (it runs in the sandbox, without the archive); a
+        candidate that copies them into its code only scores on the search tasks, never the test split."""
+        atomic_write_json(self.path / LABELS_FILE, {**self.labels(), **labels})
 
     def record_iteration(self, record: dict[str, Any]) -> None:
         append_jsonl(self.path / ITERATIONS_FILE, record)

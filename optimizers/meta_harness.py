@@ -53,7 +53,7 @@ from optimizers.signals import HarnessIteration
 from whale_dspy.errors import BackendError, ConfigError
 from whale_dspy.evaluation import EvalReport
 from whale_dspy.harness import HarnessProgram, HarnessSource, rename
-from whale_dspy.jsonl import read_jsonl
+from whale_dspy.jsonl import read_jsonl, to_jsonable
 from whale_dspy.protocols import CandidateEvaluator, HarnessProposer
 from whale_dspy.records import Rollout, add_tokens
 from whale_dspy.sandbox import ALLOWED_IMPORTS, SandboxedEvaluator, SandboxLimits
@@ -170,6 +170,7 @@ class MetaHarness(Teleprompter):
         student, lm, tasks = self._check_inputs(program, searchset)
         archive = HarnessArchive(Path(archive_dir) if archive_dir is not None else self.archive_dir)
         self._check_root(archive, student.source)
+        archive.record_labels({str(task.get("task_id", "")): gold_fields(task) for task in tasks})
         records = archive.iteration_records()
         for record in records:
             yield self._signal_from_record(record), self._best_program(student, archive)
@@ -370,3 +371,8 @@ __all__ = [
     "sandboxed_evaluator",
     "stop_reason",
 ]
+
+
+def gold_fields(task: dspy.Example) -> dict[str, Any]:
+    """What a task's verifier knows and its harness does not: every field but the inputs and the id."""
+    return to_jsonable({key: value for key, value in task.labels().items() if key != "task_id"})

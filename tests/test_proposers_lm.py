@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from meta_harness_helpers import GOOD, TOY, archive_with, exact, lm, student, tasks
+from meta_harness_helpers import GOOD, TOY, archive_with, exact, lm, source, student, tasks
 
 from optimizers.archive import HarnessArchive
 from optimizers.meta_harness import MetaHarness, MetaHarnessConfig
@@ -35,6 +35,32 @@ def test_lm_proposer_reads_code_and_raw_traces_and_strips_fences(archive):
     assert [s.code for s in proposed] == [GOOD, GOOD]
     assert proposed[0].parent == "c0000" and proposed[0].hypothesis == "answer every question"
     assert proposer.usage().calls == 2 and proposer.usage().tokens > 0 and not proposer.usage().failures
+
+
+class PromptLog(ScriptedLM):
+    """A ScriptedLM that keeps the last user message of every request."""
+
+    def __init__(self, replies):
+        super().__init__(replies)
+        self.prompts: list[str] = []
+
+    def __call__(self, prompt=None, *, messages=None, **kwargs):
+        self.prompts.append(messages[-1]["content"])
+        return super().__call__(prompt, messages=messages, **kwargs)
+
+
+def test_lm_proposer_sees_gold_beside_failures_diffs_and_other_parents_and_ideas(tmp_path):
+    archive = archive_with(tmp_path / "archive", [[source(GOOD, "a first idea")]])
+    assert archive.labels() == {f"t{i}": {"answer": "4"} for i in range(4)}
+    proposer = LMProposer(PromptLog([WRITE, WRITE]), traces=4)
+    first, second = proposer.propose(archive, 2)
+    assert (first.parent, second.parent) == ("c0001", "c0000")  # the two best, one each
+    context = proposer.lm.prompts[0]
+    assert 'Gold (what the verifier expected; a search task): {"answer": "4"}' in context
+    assert context.count("Gold (") == context.count(", score 0.0")  # beside failures only
+    assert "## Diff against its parent c0000" in context and "+" in context.split("```diff")[1]
+    assert "Already proposed" not in context and "choose a different mechanism" in proposer.lm.prompts[1]
+    assert WRITE["hypothesis"] in proposer.lm.prompts[1].split("Already proposed")[1]
 
 
 def test_lm_proposer_prompt_holds_the_full_trace_messages(archive):

@@ -79,23 +79,24 @@ def sample_traces(rollouts: list[Rollout], n: int, rng: random.Random) -> list[R
 def archive_context(
     archive: HarnessArchive, *, top: int = 3, traces: int = 4, trace_chars: int = 6000, seed: int = 0
 ) -> str:
-    """Every candidate in one line, then the best candidates' code and a sample of their raw traces."""
+    """Every candidate in one line, then the best candidates' code, its diff against its parent and a
+    sample of their raw traces, a failing one with the search task's gold answer beside it."""
     rng = random.Random(derive_seed("context", seed, len(archive)))
     parts = ["# All candidates so far", *map(summary_line, archive.candidates)]
     failed = [m for m in archive.candidates if not m.valid][-top:]
+    labels = archive.labels()
     for meta in [*archive.best(top), *failed]:
-        parts += [
-            f"\n# Candidate {meta.name}",
-            summary_line(meta),
-            "```python",
-            archive.source(meta.name).code,
-        ]
-        parts.append("```")
+        code = archive.source(meta.name).code
+        parts += [f"\n# Candidate {meta.name}", summary_line(meta), "```python", code, "```"]
+        diff = archive.parent_diff(meta.name)
+        if diff:
+            parts += [f"## Diff against its parent {meta.parent}", "```diff", diff, "```"]
         for rollout in sample_traces(archive.traces(meta.name), traces, rng):
-            parts += [
-                f"## Raw trace: task {rollout.task_id}, score {rollout.score}",
-                raw_trace(rollout, trace_chars),
-            ]
+            parts.append(f"## Raw trace: task {rollout.task_id}, score {rollout.score}")
+            gold = labels.get(rollout.task_id) if rollout.score < 1.0 else None
+            if gold:
+                parts.append(f"Gold (what the verifier expected; a search task): {json.dumps(gold)}")
+            parts.append(raw_trace(rollout, trace_chars))
     return "\n".join(parts)
 
 

@@ -1,7 +1,8 @@
 """LMProposer: any model DSPy can call reads the archive and writes one new harness per request.
 
-The request carries the best candidates' code, every candidate's score and a
-sample of raw failing and succeeding traces. An LM error or timeout is retried;
+The request carries the best candidates' code and diffs, every candidate's score
+and a sample of raw failing (with the search task's gold) and succeeding traces;
+the k requests of one iteration start from different parents and ideas. An LM error or timeout is retried;
 after the last retry the proposer returns fewer candidates and records why, so
 the iteration goes on (or is recorded as empty) instead of crashing the search.
 """
@@ -28,7 +29,7 @@ class WriteHarness(dspy.Signature):
 
     task: str = dspy.InputField(desc="what a harness is and the rules a new one must follow")
     archive: str = dspy.InputField(desc="all candidates' scores, the best ones' code and raw traces")
-    parent: str = dspy.InputField(desc="the candidate to start from")
+    parent: str = dspy.InputField(desc="the candidate to start from, and the ideas already taken")
     hypothesis: str = dspy.OutputField(desc="the one new mechanism and why it should raise the score")
     harness_code: str = dspy.OutputField(desc="the complete new harness module (Python source)")
 
@@ -63,22 +64,31 @@ class LMProposer:
         return self.meter.usage()
 
     def propose(self, archive: HarnessArchive, k: int) -> list[HarnessSource]:
-        best = archive.parents(1)
-        if not best:
+        """k candidates; the i-th starts from the i-th best parent (round robin over `top`), and each
+        is told the hypotheses already proposed this iteration, so the k do not repeat one idea."""
+        parents = [meta.name for meta in archive.parents(self.top)]
+        if not parents:
             return []
-        parent = best[0].name
-        inputs = self._inputs(archive, parent)
-        out = []
+        shared = {
+            "task": task_text(self.prompt_only),
+            "archive": archive_context(archive, top=self.top, traces=self.traces, seed=self.seed),
+        }
+        out: list[HarnessSource] = []
         for index in range(k):
+            parent = parents[index % len(parents)]
+            inputs = {**shared, "parent": self._parent(parent, out)}
             answer = self._ask(inputs, derive_seed("lm-proposer", self.seed, len(archive), index))
             if answer is not None:
                 hypothesis, code = answer
                 out.append(HarnessSource(f"lm-{index}", strip_code_fences(code), parent, hypothesis.strip()))
         return out
 
-    def _inputs(self, archive: HarnessArchive, parent: str) -> dict[str, str]:
-        context = archive_context(archive, top=self.top, traces=self.traces, seed=self.seed)
-        return {"task": task_text(self.prompt_only), "archive": context, "parent": parent}
+    @staticmethod
+    def _parent(parent: str, proposed: list[HarnessSource]) -> str:
+        if not proposed:
+            return parent
+        taken = "; ".join(source.hypothesis or "-" for source in proposed)
+        return f"{parent}. Already proposed this iteration (choose a different mechanism): {taken}"
 
     def _ask(self, inputs: dict[str, str], rollout_id: int) -> tuple[str, str] | None:
         """One candidate, retried on LM errors; None (recorded in `failures`) when every try failed."""
