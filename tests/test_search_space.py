@@ -12,12 +12,13 @@ from sandbox_helpers import TEST_LIMITS
 
 from optimizers.proposers import MechanismProposer, MutationProposer
 from optimizers.proposers.demos import call_fields, demos_from
+from optimizers.proposers.diagnosis import indicated_edits, symptoms
 from optimizers.proposers.edits import EDITS_BY_NAME, FEW_SHOT_HYPOTHESIS, few_shot
 from whale_dspy.cli.wiring import proposer_lm
 from whale_dspy.errors import ConfigError
 from whale_dspy.evaluation import evaluate
 from whale_dspy.harness import HarnessProgram, HarnessSource
-from whale_dspy.records import LMCall, Rollout
+from whale_dspy.records import LMCall, Rollout, ToolCall
 from whale_dspy.rollouts import run_rollout
 from whale_dspy.sandbox import SandboxedEvaluator
 from whale_dspy.testing import FakeBackend, ScriptedLM
@@ -199,3 +200,41 @@ def test_a_proposer_on_the_served_model_needs_the_server_and_gets_its_lm():
     with pytest.raises(ConfigError, match="--server-url"):
         proposer_lm("served", None)
     assert proposer_lm("served", FakeBackend(ScriptedLM([]))).model == "base"
+
+
+def illegal_move_rollout(task: str) -> Rollout:
+    calls = (chat_call(USER, "[[ ## answer ## ]]\nKe9"),)
+    refusal = "Illegal or unreadable move 'Ke9'; the episode continues."
+    reply = ToolCall("play_move", {"move": "Ke9"}, result=refusal)
+    return Rollout(task, 0, 1, "h", None, {"question": task}, {"answer": ""}, 0.0, None, calls, (reply,))
+
+
+def test_the_traces_symptoms_and_the_edits_they_call_for():
+    truncated = LMCall((), "a b", "m", completion_tokens=8, sampling={"max_tokens": 8})
+    unparsed = rollout("t1", 0.0, chat_call(USER, "no markers", parsed=False))
+    cut = Rollout("t2", 0, 1, "h", None, {}, {"answer": "4"}, 0.0, None, (truncated,))
+    assert symptoms(illegal_move_rollout("t0")) == {"a tool rejected the answer", "the answer was empty"}
+    assert symptoms(unparsed) == {"the output did not parse"}
+    assert symptoms(cut) == {"a completion hit max_tokens"}
+    assert symptoms(rollout("t3", 1.0, chat_call(USER, "[[ ## answer ## ]]\n4"))) == set()
+    called = indicated_edits([illegal_move_rollout("t0"), illegal_move_rollout("t1"), cut])
+    assert called["answer_from_choices"] == "2 of 3 failing rollouts: a tool rejected the answer"
+    assert called["more_tokens"] == "1 of 3 failing rollouts: a completion hit max_tokens"
+
+
+def test_guided_mutation_draws_the_edits_the_traces_call_for(tmp_path):
+    archive = archive_with(tmp_path / "archive", h0=GOOD)
+    traces = archive.folder("c0000") / "traces.jsonl"
+    traces.write_text("".join(json.dumps(illegal_move_rollout(f"t{i}").to_dict()) + "\n" for i in range(4)))
+
+    def drawn(guided: bool) -> list[HarnessSource]:
+        return [MutationProposer(seed, guided=guided).propose(archive, 1)[0] for seed in range(100)]
+
+    # Three edits are called for (choices, retry, fallback): about 0.5 / 3 + 0.5 / 20 of the draws
+    # against 1 / 20 unguided.
+    guided = [s for s in drawn(True) if s.name.endswith("-answer_from_choices")]
+    unguided = [s for s in drawn(False) if s.name.endswith("-answer_from_choices")]
+    assert len(guided) >= 15 and len(unguided) <= 8
+    why = "called for by the traces: 4 of 4 failing rollouts: a tool rejected the answer"
+    assert why in guided[0].hypothesis
+    assert MutationProposer(guided=True).label == "guided" and MutationProposer().label == "mutation"

@@ -1,7 +1,8 @@
 """Harness proposers: each reads the archive and writes new harness sources.
 
 `proposer_from_spec` turns the CLI's `--proposer` value into one:
-`mutation`, `lm:MODEL`, `agent:MODEL`, `mechanism:MODEL` (MODEL: any litellm
+`mutation`, `guided` (mutation drawing first from the edits its traces call for),
+`lm:MODEL`, `agent:MODEL`, `mechanism:MODEL` (MODEL: any litellm
 id, e.g. openai/gpt-4o-mini, with its API key in the environment; the CLI also
 takes `served`, the model the run's own server serves) or `command:'CMD'` (an
 external coding agent; `{workdir}` is replaced by its working folder).
@@ -23,7 +24,7 @@ from optimizers.proposers.mutation import MutationProposer
 from whale_dspy.errors import ConfigError
 from whale_dspy.protocols import HarnessProposer
 
-PROPOSER_KINDS = ("mutation", "lm:MODEL", "agent:MODEL", "mechanism:MODEL", "command:CMD")
+PROPOSER_KINDS = ("mutation", "guided", "lm:MODEL", "agent:MODEL", "mechanism:MODEL", "command:CMD")
 
 
 def proposer_from_spec(
@@ -37,8 +38,8 @@ def proposer_from_spec(
     """Build the proposer a spec names; ConfigError lists the valid forms. `jail`: what a
     `command:` proposer's agent may reach (the other proposers run no external program)."""
     kind, _, value = spec.partition(":")
-    if kind == "mutation" and not value:
-        return MutationProposer(seed, prompt_only=prompt_only)
+    if kind in ("mutation", "guided") and not value:
+        return MutationProposer(seed, prompt_only=prompt_only, guided=kind == "guided")
     if kind in ("lm", "agent") and value:
         proposer = LMProposer if kind == "lm" else AgenticProposer
         return proposer(make_lm(value), seed=seed, prompt_only=prompt_only)

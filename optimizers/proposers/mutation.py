@@ -3,9 +3,12 @@
 It picks a parent among the archive's best (seeded by the archive's size, so
 a resumed search draws the same edits) and applies one applicable edit: one
 from the catalogue, or few-shot demos drawn from that parent's own accepted
-search rollouts. With
-no API key this is the search that runs, and it is the random-search baseline
-that LM proposers must beat. In prompt-only mode it uses only prompt edits.
+search rollouts. With no API key this is the search that runs, and it is the
+random-search baseline that LM proposers must beat. Guided (`--proposer guided`),
+it draws half its edits from those the parent's failing traces call for
+(`diagnosis.py`: a tool rejecting the answer, truncated completions, parse
+failures, empty answers) and says so in the hypothesis. In prompt-only mode it
+uses only prompt edits.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import logging
 import random
 
 from optimizers.archive import HarnessArchive
+from optimizers.proposers.diagnosis import indicated_edits
 from optimizers.proposers.edits import EDITS, Edit, few_shot_edit
 from whale_dspy.errors import ConfigError
 from whale_dspy.harness import HarnessSource
@@ -23,11 +27,11 @@ from whale_dspy.seeding import derive_seed
 log = logging.getLogger(__name__)
 
 ATTEMPTS_PER_CANDIDATE = 20
+GUIDED_SHARE = 0.5
+"""The share of a guided proposer's draws taken from the edits the traces call for (the rest explore)."""
 
 
 class MutationProposer:
-    label = "mutation"
-
     def __init__(
         self,
         seed: int = 0,
@@ -35,9 +39,12 @@ class MutationProposer:
         prompt_only: bool = False,
         parents: int = 3,
         edits: tuple[Edit, ...] = EDITS,
+        guided: bool = False,
     ):
         if parents < 1:
             raise ConfigError(f"parents must be >= 1, got {parents}")
+        self.label = "guided" if guided else "mutation"
+        self.guided = guided
         self.seed = seed
         self.parents = parents
         self.prompt_only = prompt_only
@@ -50,18 +57,24 @@ class MutationProposer:
         rng = random.Random(derive_seed("mutation", self.seed, len(archive)))
         parents = [archive.source(meta.name) for meta in archive.parents(self.parents)]
         edits = {parent.name: (*self.edits, *self._from_traces(archive, parent.name)) for parent in parents}
+        called_for = {parent.name: self._called_for(archive, parent.name) for parent in parents}
         seen = {meta.digest for meta in archive.candidates}
         out: list[HarnessSource] = []
         for _ in range(k * ATTEMPTS_PER_CANDIDATE):
             if len(out) == k or not parents:
                 break
             parent = rng.choice(parents)
-            edit = rng.choice(edits[parent.name])
+            indicated = [e for e in edits[parent.name] if e.name in called_for[parent.name]]
+            edit = rng.choice(indicated if indicated and rng.random() < GUIDED_SHARE else edits[parent.name])
             code = edit.apply(parent.code, rng)
             if code is None:
                 continue
+            why = called_for[parent.name].get(edit.name)
             source = HarnessSource(
-                name=f"{parent.name}-{edit.name}", code=code, parent=parent.name, hypothesis=edit.hypothesis
+                name=f"{parent.name}-{edit.name}",
+                code=code,
+                parent=parent.name,
+                hypothesis=f"{edit.hypothesis} (called for by the traces: {why})" if why else edit.hypothesis,
             )
             if source.digest not in seen:
                 seen.add(source.digest)
@@ -73,6 +86,10 @@ class MutationProposer:
     def usage(self) -> ProposerUsage:
         """No LM, no cost: edits are applied by code."""
         return ProposerUsage()
+
+    def _called_for(self, archive: HarnessArchive, parent: str) -> dict[str, str]:
+        """The edits the parent's failing search traces call for, with why (none unguided)."""
+        return indicated_edits(archive.traces(parent)) if self.guided else {}
 
     def _from_traces(self, archive: HarnessArchive, parent: str) -> tuple[Edit, ...]:
         """Edits drawn from the parent's own search rollouts: few-shot demos of its accepted calls."""

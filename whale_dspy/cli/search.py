@@ -26,7 +26,7 @@ from rich.table import Table
 
 from whale_dspy.backends import RemoteServer
 from whale_dspy.cli.eval import add_harness_arguments
-from whale_dspy.cli.wiring import DOMAIN_HELP, add_agent_arguments, agent_jail, proposer_lm
+from whale_dspy.cli.wiring import DOMAIN_HELP, PROPOSER_HELP, add_agent_arguments, agent_jail, proposer_lm
 from whale_dspy.evaluation import InProcessEvaluator
 from whale_dspy.harness import HarnessProgram
 from whale_dspy.jsonl import atomic_write_json
@@ -46,7 +46,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--proposer",
         default="mutation",
-        help="mutation, lm:MODEL, agent:MODEL, mechanism:MODEL, command:'CMD' (MODEL served: the server's)",
+        help=PROPOSER_HELP,
     )
     add_agent_arguments(parser)
     parser.add_argument("--model", default="smollm2-135m", help="embedded model name, local folder or hub id")

@@ -98,6 +98,10 @@ class RunSettings:
         return cls(**config["cli"])
 
 
+PROPOSER_HELP = (
+    "mutation, guided (mutation that draws first from the edits its failing traces call for), lm:MODEL, "
+    "agent:MODEL, mechanism:MODEL, command:'CMD' (MODEL 'served': the run's own served model)"
+)
 SCHEDULE_HELP = "fixed:E,I or patience:key=value,... (default fixed:0.6,6)"
 
 
@@ -120,8 +124,7 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, method: bool = True, s
     parser.add_argument("--eval-k", dest="eval_k", type=int, help="samples per test task (default 8)")
     parser.add_argument(
         "--proposer",
-        help="harness proposer: mutation, lm:MODEL, agent:MODEL, mechanism:MODEL, command:CMD "
-        "(MODEL 'served': the run's own served model)",
+        help=f"harness proposer: {PROPOSER_HELP}",
     )
     add_agent_arguments(parser, defaults=False)
     parser.add_argument("--preset", choices=PRESETS, help="phase sizes for the embedded CPU model or a GPU")

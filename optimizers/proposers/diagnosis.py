@@ -1,0 +1,60 @@
+"""Reading a parent's failing traces for symptoms, and the edits that address each one.
+
+The guided mutation proposer draws from these edits first: a harness whose moves
+a tool rejects as illegal needs its answer constrained to the legal set, one whose
+completions stop at max_tokens needs a larger budget. The symptoms are read off
+what every rollout records (tool results, truncation, parse failures, empty
+answers), so no domain is named here.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Sequence
+
+from whale_dspy.records import Rollout
+
+REJECTIONS = ("illegal", "invalid", "unreadable", "not allowed", "error")
+"""How a tool's reply starts when it refuses the harness's input."""
+REPLY_HEAD = 40
+"""Characters of a tool reply that are read for a refusal (later text may quote anything)."""
+
+REMEDIES: dict[str, tuple[str, ...]] = {
+    "a tool rejected the answer": ("answer_from_choices", "verify_retry"),
+    "a completion hit max_tokens": ("more_tokens",),
+    "the output did not parse": ("answer_fallback", "constrained_decoding_on"),
+    "the answer was empty": ("verify_retry", "answer_fallback"),
+}
+"""Symptom -> the edits (by name) that address it."""
+
+
+def symptoms(rollout: Rollout) -> set[str]:
+    """What went wrong in one rollout, as REMEDIES keys."""
+    found = set()
+    if any(
+        call.result and call.result[:REPLY_HEAD].lower().startswith(REJECTIONS) for call in rollout.tool_calls
+    ):
+        found.add("a tool rejected the answer")
+    if any(call.truncated for call in rollout.lm_calls):
+        found.add("a completion hit max_tokens")
+    if not rollout.parsed or any(not call.parsed for call in rollout.lm_calls):
+        found.add("the output did not parse")
+    elif not any(str(value or "").strip() for value in (rollout.prediction or {}).values()):
+        found.add("the answer was empty")
+    return found
+
+
+def diagnose(rollouts: Sequence[Rollout]) -> collections.Counter[str]:
+    """How many failing rollouts show each symptom."""
+    return collections.Counter(s for rollout in rollouts if rollout.score < 1.0 for s in symptoms(rollout))
+
+
+def indicated_edits(rollouts: Sequence[Rollout]) -> dict[str, str]:
+    """Edit name -> why the traces call for it ('12 of 30 failing rollouts: a tool rejected the
+    answer'), most frequent symptom first."""
+    failing = sum(1 for rollout in rollouts if rollout.score < 1.0)
+    out: dict[str, str] = {}
+    for symptom, count in diagnose(rollouts).most_common():
+        for edit in REMEDIES[symptom]:
+            out.setdefault(edit, f"{count} of {failing} failing rollouts: {symptom}")
+    return out
