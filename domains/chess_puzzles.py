@@ -105,6 +105,8 @@ class ChessDomain(DatasetDomain):
         return {name: [ex for ex in rows if self._keep(ex)] for name, rows in splits.items()}
 
     def metric(self, example: dspy.Example, pred: Any, trace: Any = None) -> float:
+        """1.0 when the answer's moves, replayed from the position, play the puzzle's solution (any
+        checkmate wins); else 0.0."""
         answer = answer_text(pred)
         if answer is None:
             return 0.0

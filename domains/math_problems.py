@@ -45,6 +45,7 @@ class MathDomain(DatasetDomain):
     """The two math domains differ in data, split source and checker; the rest is shared."""
 
     def metric(self, example: dspy.Example, pred: Any, trace: Any = None) -> float:
+        """1.0 when the answer equals the gold final answer (as numbers, or as LaTeX); else 0.0."""
         return 1.0 if self.check(example.answer, answer_text(pred)) else 0.0
 
     @staticmethod

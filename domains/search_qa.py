@@ -77,6 +77,7 @@ class SearchQADomain(DatasetDomain):
         return self.data_dir / "search_qa" / self.corpus_file
 
     def metric(self, example: dspy.Example, pred: Any, trace: Any = None) -> float:
+        """The best exact match (or token F1, with score=f1) of the answer against the gold answers."""
         answer = answer_text(pred)
         return 0.0 if answer is None else best_score(answer, example.answers, self.score)
 

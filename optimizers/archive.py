@@ -10,6 +10,7 @@ People and proposers read the same files, so the layout is plain:
     <archive>/iterations.jsonl     one line per finished iteration (resume replays it)
     <archive>/frontier.json        Pareto frontier of accuracy against tokens per rollout
     <archive>/labels.json          the search tasks' gold fields, by task id (for proposers only)
+    <archive>/task.md              the task card: signature, tools, metric (for proposers)
 
 A candidate is written into a hidden staging folder and renamed into place, so
 a crash never leaves a half candidate; reopening drops stale staging folders and
@@ -41,7 +42,7 @@ HARNESS_FILE, META_FILE, TRACES_FILE, SMOKE_FILE, DIFF_FILE = (
     "diff.patch",
 )
 SUMMARY_FILE, ITERATIONS_FILE, FRONTIER_FILE = "archive.jsonl", "iterations.jsonl", "frontier.json"
-LABELS_FILE = "labels.json"
+LABELS_FILE, TASK_FILE = "labels.json", "task.md"
 STAGING_PREFIX = ".staging-"
 
 
@@ -190,6 +191,10 @@ class HarnessArchive:
         path = self.path / LABELS_FILE
         return json.loads(path.read_text()) if path.exists() else {}
 
+    def task_card(self) -> str | None:
+        path = self.path / TASK_FILE
+        return path.read_text() if path.exists() else None
+
     def find_digest(self, digest: str) -> CandidateMeta | None:
         return next((m for m in self._metas.values() if m.digest == digest and m.status != "duplicate"), None)
 
@@ -226,6 +231,9 @@ class HarnessArchive:
         answered. They never reach a candidate (it runs in the sandbox, without the archive); a
         candidate that copies them into its code only scores on the search tasks, never the test split."""
         atomic_write_json(self.path / LABELS_FILE, {**self.labels(), **labels})
+
+    def record_task(self, card: str) -> None:
+        atomic_write_text(self.path / TASK_FILE, card)
 
     def record_iteration(self, record: dict[str, Any]) -> None:
         append_jsonl(self.path / ITERATIONS_FILE, record)

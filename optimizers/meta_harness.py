@@ -50,6 +50,7 @@ from optimizers.harness_validation import (
 )
 from optimizers.meta_harness_config import MetaHarnessConfig, MetaHarnessReport, stop_reason
 from optimizers.signals import HarnessIteration
+from optimizers.task_card import task_card
 from whale_dspy.errors import BackendError, ConfigError
 from whale_dspy.evaluation import EvalReport
 from whale_dspy.harness import HarnessProgram, HarnessSource, rename
@@ -171,6 +172,7 @@ class MetaHarness(Teleprompter):
         archive = HarnessArchive(Path(archive_dir) if archive_dir is not None else self.archive_dir)
         self._check_root(archive, student.source)
         archive.record_labels({str(task.get("task_id", "")): gold_fields(task) for task in tasks})
+        archive.record_task(task_card(student.signature, student.tools_factory(tasks[0]), self.metric))
         records = archive.iteration_records()
         for record in records:
             yield self._signal_from_record(record), self._best_program(student, archive)

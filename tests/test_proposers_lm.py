@@ -49,13 +49,15 @@ class PromptLog(ScriptedLM):
         return super().__call__(prompt, messages=messages, **kwargs)
 
 
-def test_lm_proposer_sees_gold_beside_failures_diffs_and_other_parents_and_ideas(tmp_path):
+def test_lm_proposer_sees_the_task_gold_beside_failures_diffs_and_other_parents_and_ideas(tmp_path):
     archive = archive_with(tmp_path / "archive", [[source(GOOD, "a first idea")]])
     assert archive.labels() == {f"t{i}": {"answer": "4"} for i in range(4)}
     proposer = LMProposer(PromptLog([WRITE, WRITE]), traces=4)
     first, second = proposer.propose(archive, 2)
     assert (first.parent, second.parent) == ("c0001", "c0000")  # the two best, one each
     context = proposer.lm.prompts[0]
+    assert "Instructions: Answer the question." in context and "Output field `answer` (str)" in context
+    assert "Tool `wait(timeout)`" in context and "Metric: exact" in context  # the task card, first
     assert 'Gold (what the verifier expected; a search task): {"answer": "4"}' in context
     assert context.count("Gold (") == context.count(", score 0.0")  # beside failures only
     assert "## Diff against its parent c0000" in context and "+" in context.split("```diff")[1]

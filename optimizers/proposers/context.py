@@ -79,10 +79,11 @@ def sample_traces(rollouts: list[Rollout], n: int, rng: random.Random) -> list[R
 def archive_context(
     archive: HarnessArchive, *, top: int = 3, traces: int = 4, trace_chars: int = 6000, seed: int = 0
 ) -> str:
-    """Every candidate in one line, then the best candidates' code, its diff against its parent and a
-    sample of their raw traces, a failing one with the search task's gold answer beside it."""
+    """The task card (signature, tools, metric), every candidate in one line, then the best candidates'
+    code, its diff against its parent and a sample of their raw traces, a failing one with the search
+    task's gold answer beside it."""
     rng = random.Random(derive_seed("context", seed, len(archive)))
-    parts = ["# All candidates so far", *map(summary_line, archive.candidates)]
+    parts = [archive.task_card() or "", "# All candidates so far", *map(summary_line, archive.candidates)]
     failed = [m for m in archive.candidates if not m.valid][-top:]
     labels = archive.labels()
     for meta in [*archive.best(top), *failed]:
