@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from whale_dspy.reporting import markdown_table, paired_table, plot_curves, summarize_methods
-from whale_dspy.reporting.plots import method_curve, step_values
+from whale_dspy.reporting.plots import method_curve, phase_spans, step_values
 from whale_dspy.reporting.tables import paired_comparisons
 
 
@@ -76,6 +76,18 @@ def test_plot_writes_a_png(tmp_path):
     path = plot_curves(REPORTS + [report("harness-only", [])], tmp_path / "plots" / "curve.png", title="t")
     data = path.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
+
+
+def test_a_single_runs_plot_shades_its_weight_and_harness_phases(tmp_path):
+    phases = [
+        {"phase": "weight", "start_rollouts": 0, "end_rollouts": 60},
+        {"phase": "harness", "start_rollouts": 60, "end_rollouts": 100},
+        {"phase": "harness", "start_rollouts": 100, "end_rollouts": 100},  # spent nothing: not drawn
+    ]
+    single = {**REPORTS[0], "phases": phases}
+    assert phase_spans([single]) == [("weight", 0, 60), ("harness", 60, 100)]
+    assert phase_spans([single, REPORTS[2]]) == []  # several runs' phases do not line up
+    assert plot_curves([single], tmp_path / "curve.png").stat().st_size > 0
 
 
 def test_a_method_run_under_two_schedules_gets_a_row_and_a_line_per_schedule(tmp_path):

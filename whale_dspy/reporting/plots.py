@@ -1,4 +1,5 @@
-"""Accuracy against rollouts, one line per method (mean over seeds), with a band."""
+"""Accuracy against rollouts, one line per method (mean over seeds), with a band; a single run's
+plot also shades its weight and harness phases."""
 
 from __future__ import annotations
 
@@ -31,6 +32,22 @@ def method_curve(runs: Sequence[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray
     return grid, np.nanmean(means, axis=0), low, high
 
 
+PHASE_COLOURS = {"weight": "tab:blue", "harness": "tab:orange"}
+
+
+def phase_spans(reports: Sequence[dict[str, Any]]) -> list[tuple[str, int, int]]:
+    """(kind, first rollout, last rollout) of each phase, when the plot shows one run (several runs'
+    phases do not line up, so their plot shows none)."""
+    runs = [r for r in reports if r["curve"]]
+    if len(runs) != 1:
+        return []
+    return [
+        (p["phase"], p["start_rollouts"], p["end_rollouts"])
+        for p in runs[0].get("phases", ())
+        if p["phase"] in PHASE_COLOURS and p["end_rollouts"] > p["start_rollouts"]
+    ]
+
+
 def plot_curves(reports: Sequence[dict[str, Any]], path: Path, *, title: str = "") -> Path:
     """Write a PNG of test mean@k against optimization rollouts for every method in `reports`."""
     import matplotlib
@@ -39,6 +56,11 @@ def plot_curves(reports: Sequence[dict[str, Any]], path: Path, *, title: str = "
     import matplotlib.pyplot as plt
 
     figure, axes = plt.subplots(figsize=(7, 4.5))
+    labelled: set[str] = set()
+    for kind, start, end in phase_spans(reports):
+        label = None if kind in labelled else f"{kind} phase"
+        labelled.add(kind)
+        axes.axvspan(start, end, color=PHASE_COLOURS[kind], alpha=0.08, label=label)
     for method, runs in group_by_method(reports).items():
         if not any(r["curve"] for r in runs):
             continue
