@@ -10,7 +10,7 @@ People and proposers read the same files, so the layout is plain:
     <archive>/iterations.jsonl     one line per finished iteration (resume replays it)
     <archive>/frontier.json        Pareto frontier of accuracy against tokens per rollout
     <archive>/labels.json          the search tasks' gold fields, by task id (for proposers only)
-    <archive>/task.md              the task card: signature, tools, metric (for proposers)
+    <archive>/task_card.md         the task card: signature, tools, metric (for proposers)
 
 A candidate is written into a hidden staging folder and renamed into place, so
 a crash never leaves a half candidate; reopening drops stale staging folders and
@@ -42,7 +42,7 @@ HARNESS_FILE, META_FILE, TRACES_FILE, SMOKE_FILE, DIFF_FILE = (
     "diff.patch",
 )
 SUMMARY_FILE, ITERATIONS_FILE, FRONTIER_FILE = "archive.jsonl", "iterations.jsonl", "frontier.json"
-LABELS_FILE, TASK_FILE = "labels.json", "task.md"
+LABELS_FILE, TASK_CARD_FILE = "labels.json", "task_card.md"
 STAGING_PREFIX = ".staging-"
 
 
@@ -192,7 +192,7 @@ class HarnessArchive:
         return json.loads(path.read_text()) if path.exists() else {}
 
     def task_card(self) -> str | None:
-        path = self.path / TASK_FILE
+        path = self.path / TASK_CARD_FILE
         return path.read_text() if path.exists() else None
 
     def find_digest(self, digest: str) -> CandidateMeta | None:
@@ -228,12 +228,13 @@ class HarnessArchive:
 
     def record_labels(self, labels: dict[str, dict[str, Any]]) -> None:
         """The search tasks' gold fields, so a proposer reads what a failing trace should have
-        answered. They never reach a candidate (it runs in the sandbox, without the archive); a
-        candidate that copies them into its code only scores on the search tasks, never the test split."""
+        answered. A sandboxed candidate cannot read the archive (under --no-sandbox it could). A
+        proposer may still copy gold into a candidate's code: that raises only its search score, so
+        the phase may pick it, and only the held-out test split shows it."""
         atomic_write_json(self.path / LABELS_FILE, {**self.labels(), **labels})
 
     def record_task(self, card: str) -> None:
-        atomic_write_text(self.path / TASK_FILE, card)
+        atomic_write_text(self.path / TASK_CARD_FILE, card)
 
     def record_iteration(self, record: dict[str, Any]) -> None:
         append_jsonl(self.path / ITERATIONS_FILE, record)

@@ -364,6 +364,11 @@ class MetaHarness(Teleprompter):
         return student.with_source(archive.source(best[0].name) if best else student.source)
 
 
+def gold_fields(task: dspy.Example) -> dict[str, Any]:
+    """What a task's verifier knows and its harness does not: every field but the inputs and the id."""
+    return to_jsonable({key: value for key, value in task.labels().items() if key != "task_id"})
+
+
 __all__ = [
     "ROOT",
     "MetaHarness",
@@ -373,8 +378,3 @@ __all__ = [
     "sandboxed_evaluator",
     "stop_reason",
 ]
-
-
-def gold_fields(task: dspy.Example) -> dict[str, Any]:
-    """What a task's verifier knows and its harness does not: every field but the inputs and the id."""
-    return to_jsonable({key: value for key, value in task.labels().items() if key != "task_id"})

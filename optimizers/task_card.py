@@ -14,7 +14,7 @@ from typing import Any
 
 import dspy
 
-from whale_dspy.protocols import Tools, is_stateful
+from whale_dspy.protocols import Tools
 from whale_dspy.sandbox.specs import describe_tools
 
 
@@ -31,11 +31,7 @@ def task_card(signature: type[dspy.Signature], tools: Tools, metric: Callable[..
         params = ", ".join(
             p["name"] + (f": {p['annotation']}" if "annotation" in p else "") for p in spec["params"]
         )
-        state = (
-            " [holds the episode's state: never re-run the harness on it]"
-            if is_stateful(tools[spec["name"]])
-            else ""
-        )
+        state = " [holds the episode's state: never re-run the harness on it]" if spec["stateful"] else ""
         lines.append(f"Tool `{spec['name']}({params})`{state}: {spec['doc'] or 'no description'}")
     if not tools:
         lines.append("Tools: none")

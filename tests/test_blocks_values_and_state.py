@@ -75,8 +75,10 @@ def chess_program(code: str) -> HarnessProgram:
     )
 
 
-def test_the_answer_is_decoded_as_one_of_the_legal_moves_read_again_each_turn():
-    code = edit("answer_from_choices", (SEEDS / "chess_h0.py").read_text())
+@pytest.mark.parametrize("json_first", [False, True], ids=["alone", "around-a-json-adapter"])
+def test_the_answer_is_decoded_as_one_of_the_legal_moves_read_again_each_turn(json_first):
+    seed = (SEEDS / "chess_h0.py").read_text()
+    code = edit("answer_from_choices", edit("constrained_decoding_on", seed) if json_first else seed)
     lm = SchemaLM(['{"move": "e4"}', '{"move": "Nf3"}'])
     rollout = run_rollout(chess_program(code), puzzle(), lm=lm, metric=chess_metric, sample=0, rollout_id=3)
     assert rollout.error is None and rollout.score == 1.0
@@ -168,7 +170,8 @@ def test_a_vote_trains_only_on_the_calls_of_the_sample_it_kept():
 
 def test_nested_resampling_names_the_innermost_kept_sample():
     code = edit("verify_retry", edit("majority_vote", GOOD))  # a vote inside a retry
-    for rollout in vote_rollouts(code, ("",) * 5 + VOTES):  # the first vote is empty: retried
+    for rollout in vote_rollouts(code, ("",) * 5 + ("4", "5", "4", "3", "5")):  # the first vote is empty
         assert rollout.score == 1.0 and rollout.turns == 10
-        (example,) = sft_examples([rollout])  # the second attempt's second vote
-        assert "4" in example.completion and rollout.lm_calls.index(rollout.answering_calls[0]) == 6
+        (example,) = sft_examples([rollout])  # the second attempt's first vote, and no other sample
+        assert "4" in example.completion and rollout.lm_calls.index(rollout.answering_calls[0]) == 5
+        assert len({call.sampling["rollout_id"] for call in rollout.lm_calls}) == 10  # ten samples, ten ids

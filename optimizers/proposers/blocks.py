@@ -61,10 +61,10 @@ def run_with(inner: dspy.Module, inputs: dict[str, Any], **settings: Any) -> dsp
         lm.history.extend(own.history)
 
 
-def sample_id(index: int) -> int | None:
-    """The rollout id sample `index` runs under: the rollout's own for the first, a distinct one after."""
-    own = dspy.settings.lm.kwargs.get("rollout_id")
-    return own if index == 0 else (own or 0) * 1009 + index
+def sample_id(index: int) -> int:
+    """The rollout id sample `index` runs under: one of its own for every sample (the first too), so
+    nested blocks (a vote inside a retry) never give two samples one id."""
+    return (dspy.settings.lm.kwargs.get("rollout_id") or 0) * 1009 + index + 1
 
 
 def run_sample(inner: dspy.Module, inputs: dict[str, Any], index: int) -> dspy.Prediction:
@@ -72,15 +72,12 @@ def run_sample(inner: dspy.Module, inputs: dict[str, Any], index: int) -> dspy.P
     seeded server sampler can repeat a sample; the prediction names the sample (WINNING_SAMPLE),
     so only the LM calls that produced a kept answer are trained on."""
     lm = dspy.settings.lm
-    if index == 0:
-        prediction = inner(**inputs)
-    else:
-        distinct = {"rollout_id": sample_id(index)}
-        if lm.kwargs.get("seed") is not None:  # same seed, same prompt: the server draws the same sample
-            distinct["seed"] = (lm.kwargs["seed"] * 1009 + index) % 2**31
-        prediction = run_with(inner, inputs, **distinct)
-    if WINNING_SAMPLE not in prediction and sample_id(index) is not None:
-        prediction[WINNING_SAMPLE] = sample_id(index)  # an inner wrapper's own pick is more precise
+    distinct = {"rollout_id": sample_id(index)}
+    if lm.kwargs.get("seed") is not None:  # same seed, same prompt: the server draws the same sample
+        distinct["seed"] = (lm.kwargs["seed"] * 1009 + index + 1) % 2**31
+    prediction = run_with(inner, inputs, **distinct)
+    if isinstance(prediction, dspy.Prediction) and WINNING_SAMPLE not in prediction:
+        prediction[WINNING_SAMPLE] = distinct["rollout_id"]  # an inner block's own pick is more precise
     return prediction
 
 
@@ -283,7 +280,11 @@ class UseAdapter(dspy.Module):
         self.inner = inner
 
     def forward(self, **inputs: Any) -> dspy.Prediction:
-        adapter = dspy.JSONAdapter() if OUTPUT_ADAPTER == "json" else dspy.ChatAdapter()
+        active = dspy.settings.adapter
+        if OUTPUT_ADAPTER == "json":  # a JSON adapter already active (one that constrains an answer) stays
+            adapter = active if isinstance(active, dspy.JSONAdapter) else dspy.JSONAdapter()
+        else:
+            adapter = dspy.ChatAdapter()
         with dspy.context(adapter=adapter):
             return self.inner(**inputs)
 
@@ -311,13 +312,17 @@ class ConstrainedAnswer(dspy.Module):
         """The answer's type for the next call (None: leave the field as it is)."""
         if ANSWER_VALUES == "number":
             return float
-        values = tuple(dict.fromkeys(str(value) for value in self.choices()))
+        listed = self.choices()
+        listed = listed.replace(",", " ").split() if isinstance(listed, str) else listed
+        values = tuple(dict.fromkeys(str(value) for value in listed))
         return Literal[values] if values else None
 
 
 class ValueAdapter(dspy.JSONAdapter):
     """dspy.JSONAdapter with one output field retyped per call: the field named like the task's
-    answer, else the predictor's last output field (a reasoning field stays free text)."""
+    answer, else a predictor's only output besides its reasoning; a predictor with other outputs (a
+    tool-calling step, a plan) is left as it is. Where the server takes no JSON schema, the parse
+    still refuses a value outside the type."""
 
     def __init__(self, answer: str, value_type: Any) -> None:
         super().__init__()
@@ -331,7 +336,7 @@ class ValueAdapter(dspy.JSONAdapter):
         return await super().acall(lm, lm_kwargs, self.retyped(signature), demos, inputs)
 
     def retyped(self, signature: Any) -> Any:
-        outputs = list(signature.output_fields)
-        field = self.answer if self.answer in outputs else outputs[-1]
-        kind = self.value_type()
+        outputs = [name for name in signature.output_fields if name != "reasoning"]
+        field = self.answer if self.answer in outputs else outputs[0] if len(outputs) == 1 else None
+        kind = self.value_type() if field is not None else None
         return signature if kind is None else signature.with_updated_fields(field, type_=kind)

@@ -46,7 +46,8 @@ INSTRUCTIONS = """# Task
 This folder is a copy of the harness archive: one folder per candidate with harness.py (source),
 meta.json (scores, cost, status, error), traces.jsonl (full rollout traces) and diff.patch
 (against its parent); archive.jsonl summarizes all candidates, frontier.json is the
-accuracy/cost frontier. The best candidate so far is {parent}.
+accuracy/cost frontier, task_card.md describes the task (signature, tools, metric) and labels.json
+holds the search tasks' gold answers by task id. The best candidate so far is {parent}.
 
 Write {k} new harness module(s) into `{new_dir}/` as `{new_dir}/<short_name>.py`, each a complete
 standalone module, and for each one a `{new_dir}/<short_name>.txt` whose first line is its

@@ -63,9 +63,12 @@ def summary_line(meta: CandidateMeta) -> str:
     )
 
 
-def raw_trace(rollout: Rollout, max_chars: int) -> str:
-    text = json.dumps(rollout.to_dict(), indent=1, default=str)
+def clipped(text: str, max_chars: int) -> str:
     return text if len(text) <= max_chars else text[:max_chars] + f"\n... [{len(text) - max_chars} chars cut]"
+
+
+def raw_trace(rollout: Rollout, max_chars: int) -> str:
+    return clipped(json.dumps(rollout.to_dict(), indent=1, default=str), max_chars)
 
 
 def sample_traces(rollouts: list[Rollout], n: int, rng: random.Random) -> list[Rollout]:
@@ -91,7 +94,12 @@ def archive_context(
         parts += [f"\n# Candidate {meta.name}", summary_line(meta), "```python", code, "```"]
         diff = archive.parent_diff(meta.name)
         if diff:
-            parts += [f"## Diff against its parent {meta.parent}", "```diff", diff, "```"]
+            parts += [
+                f"## Diff against its parent {meta.parent}",
+                "```diff",
+                clipped(diff, trace_chars),
+                "```",
+            ]
         for rollout in sample_traces(archive.traces(meta.name), traces, rng):
             parts.append(f"## Raw trace: task {rollout.task_id}, score {rollout.score}")
             gold = labels.get(rollout.task_id) if rollout.score < 1.0 else None

@@ -60,7 +60,8 @@ def demos_from(
     by_task: dict[str, list[dict[str, str]]] = {}
     for rollout in sorted(rollouts, key=lambda r: (r.task_id, r.sample)):
         if rollout.error is None and rollout.score >= 1.0 and rollout.task_id not in by_task:
-            fields = [f for call in rollout.lm_calls if call.parsed and (f := call_fields(call)) is not None]
+            calls = rollout.answering_calls  # a vote's losing samples are no demos
+            fields = [f for call in calls if call.parsed and (f := call_fields(call)) is not None]
             if fields:
                 by_task[rollout.task_id] = fields
     chosen = sorted(rng.sample(sorted(by_task), min(tasks, len(by_task))))

@@ -12,15 +12,14 @@ from __future__ import annotations
 import collections
 from collections.abc import Sequence
 
-from whale_dspy.records import Rollout
+from whale_dspy.records import WINNING_SAMPLE, Rollout
 
 REJECTIONS = ("illegal", "invalid", "unreadable", "not allowed", "error")
-"""How a tool's reply starts when it refuses the harness's input."""
-REPLY_HEAD = 40
-"""Characters of a tool reply that are read for a refusal (later text may quote anything)."""
+"""How a tool's reply starts when it refuses the harness's input (only the start is read: later
+text may quote anything)."""
 
 REMEDIES: dict[str, tuple[str, ...]] = {
-    "a tool rejected the answer": ("answer_from_choices", "verify_retry"),
+    "a tool rejected the answer": ("answer_from_choices",),
     "a completion hit max_tokens": ("more_tokens",),
     "the output did not parse": ("answer_fallback", "constrained_decoding_on"),
     "the answer was empty": ("verify_retry", "answer_fallback"),
@@ -31,17 +30,24 @@ REMEDIES: dict[str, tuple[str, ...]] = {
 def symptoms(rollout: Rollout) -> set[str]:
     """What went wrong in one rollout, as REMEDIES keys."""
     found = set()
-    if any(
-        call.result and call.result[:REPLY_HEAD].lower().startswith(REJECTIONS) for call in rollout.tool_calls
-    ):
+    if any(refused(call.result) or call.error for call in rollout.tool_calls):
         found.add("a tool rejected the answer")
     if any(call.truncated for call in rollout.lm_calls):
         found.add("a completion hit max_tokens")
-    if not rollout.parsed or any(not call.parsed for call in rollout.lm_calls):
+    if "AdapterParseError" in (rollout.error or "") or any(not call.parsed for call in rollout.lm_calls):
         found.add("the output did not parse")
-    elif not any(str(value or "").strip() for value in (rollout.prediction or {}).values()):
+    elif rollout.error is None and not any(str(value or "").strip() for value in answers(rollout)):
         found.add("the answer was empty")
     return found
+
+
+def refused(reply: str | None) -> bool:
+    return (reply or "").lower().startswith(REJECTIONS)
+
+
+def answers(rollout: Rollout) -> list[object]:
+    """The prediction's answer fields: not its reasoning, not the kept sample's id."""
+    return [v for k, v in (rollout.prediction or {}).items() if k not in ("reasoning", WINNING_SAMPLE)]
 
 
 def diagnose(rollouts: Sequence[Rollout]) -> collections.Counter[str]:
