@@ -41,7 +41,9 @@ class SchemaLM(ScriptedLM):
         self.schemas: list[dict[str, Any]] = []
 
     def __call__(self, prompt: Any = None, *, messages: Any = None, **kwargs: Any) -> Any:
-        self.schemas.append(kwargs["response_format"].model_json_schema())
+        schema = kwargs["response_format"]  # a pydantic model here, its JSON schema from the sandbox
+        is_dict = isinstance(schema, dict)
+        self.schemas.append(schema["json_schema"]["schema"] if is_dict else schema.model_json_schema())
         return super().__call__(prompt, messages=messages, **kwargs)
 
     @property
@@ -88,6 +90,17 @@ def test_the_answer_is_decoded_as_one_of_the_legal_moves_read_again_each_turn(js
     first, second = (schema["properties"]["move"]["enum"] for schema in lm.schemas)
     assert first == legal_san(chess.Board(START)) and second == legal_san(after_e5) and first != second
     assert [c.name for c in rollout.tool_calls].count("legal_moves") == 2
+
+
+def test_the_legal_moves_constrain_a_sandboxed_candidate_too():
+    code = edit("answer_from_choices", (SEEDS / "chess_h0.py").read_text())
+    lm = SchemaLM(['{"move": "e4"}', '{"move": "Nf3"}'])
+    program = HarnessProgram(HarnessSource("edited", code), ChessPuzzle, chess_program(code).tools_factory)
+    _, (rollout,) = SandboxedEvaluator(TEST_LIMITS).evaluate(
+        program, [puzzle()], metric=chess_metric, lm=lm, k=1, namespace="choices"
+    )
+    assert rollout.error is None and rollout.score == 1.0
+    assert lm.schemas[0]["properties"]["move"]["enum"] == legal_san(chess.Board(START))
 
 
 def test_an_answer_outside_the_set_does_not_parse():
