@@ -150,7 +150,6 @@ def test_blocks_that_rerun_the_harness_refuse_episode_state_here_and_in_the_sand
         assert "hold one episode's state" in rollout.error and "play_move" in rollout.error
         assert rollout.lm_calls == ()  # refused before any move was played
     assert f'"{STATEFUL_TOOL}"' in inspect.getsource(blocks.refuse_stateful)  # one name on both sides
-    assert blocks.WINNING_SAMPLE == WINNING_SAMPLE
 
 
 VOTES = ("5", "4", "4", "3", "4")

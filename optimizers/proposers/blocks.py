@@ -17,6 +17,8 @@ from typing import Any, Literal
 
 import dspy
 
+from whale_dspy.records import WINNING_SAMPLE
+
 VOTES = 5
 """Samples the majority vote draws."""
 RETRIES = 2
@@ -38,8 +40,6 @@ ANSWER_VALUES = "choices"
 VALIDATOR_WORDS = ("verify", "check", "validate")
 CHOICE_WORDS = ("legal", "choices", "options")
 """A tool whose name holds one of these lists the values an answer may take."""
-WINNING_SAMPLE = "winning_sample"
-"""The prediction field naming the kept sample's rollout id (`whale_dspy.records.WINNING_SAMPLE`)."""
 REJECTION_WORDS = ("invalid", "illegal", "error", "false", "incorrect")
 
 
