@@ -60,11 +60,13 @@ ROUTE = {route!r}
 
 
 def reachable(start):
-    """Every object reachable from `start` through ROUTE's attributes and container items."""
-    stack, seen = [start], set()
-    while stack:
-        obj = stack.pop()
-        if id(obj) in seen or len(seen) > 50000:
+    """Every object reachable from `start` through ROUTE's attributes and container items, nearest
+    first (breadth first: the gold is a few hops away, and a deep module's globals must not use up
+    the budget before it is reached)."""
+    queue, seen, at = [start], set(), 0
+    while at < len(queue) and len(seen) < 50000:
+        obj, at = queue[at], at + 1
+        if id(obj) in seen:
             continue
         seen.add(id(obj))
         yield obj
@@ -74,7 +76,7 @@ def reachable(start):
                 items.append(operator.attrgetter(name)(obj))
             except Exception:
                 pass
-        stack.extend(items)
+        queue.extend(items)
 
 
 def build(signature, tools):
