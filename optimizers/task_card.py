@@ -3,7 +3,7 @@
 A harness is written for one signature and one set of tools and judged by one
 metric; an LM or agent proposer reading only code and traces must guess them.
 The card is plain text, written once per harness phase into the archive
-(`task.md`), where LM proposers read it first and agents find it as a file.
+(`task_card.md`), where LM proposers read it first and agents find it as a file.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 import dspy
 
 from whale_dspy.protocols import Tools
-from whale_dspy.sandbox.specs import describe_tools
+from whale_dspy.sandbox.specs import describe_tools, type_text
 
 
 def task_card(signature: type[dspy.Signature], tools: Tools, metric: Callable[..., Any]) -> str:
@@ -23,10 +23,8 @@ def task_card(signature: type[dspy.Signature], tools: Tools, metric: Callable[..
     for role, fields in (("Input", signature.input_fields), ("Output", signature.output_fields)):
         for name, info in fields.items():
             desc = (info.json_schema_extra or {}).get("desc") or ""
-            kind = getattr(info.annotation, "__name__", str(info.annotation))
-            lines.append(
-                f"{role} field `{name}` ({kind}){': ' + desc if desc and desc != f'${{{name}}}' else ''}"
-            )
+            said = f": {desc}" if desc and desc != f"${{{name}}}" else ""  # DSPy's placeholder says nothing
+            lines.append(f"{role} field `{name}` ({type_text(info.annotation)}){said}")
     for spec in describe_tools(tools):
         params = ", ".join(
             p["name"] + (f": {p['annotation']}" if "annotation" in p else "") for p in spec["params"]

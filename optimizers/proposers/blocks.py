@@ -81,6 +81,11 @@ def run_sample(inner: dspy.Module, inputs: dict[str, Any], index: int) -> dspy.P
     return prediction
 
 
+def named_tool(tools: dict[str, Any], words: tuple[str, ...]) -> Any:
+    """The first tool whose name holds one of `words` (a validator, a listing of values), or None."""
+    return next((tool for name, tool in tools.items() if any(w in name.lower() for w in words)), None)
+
+
 def refuse_stateful(block: str, tools: dict[str, Any]) -> None:
     """A block that re-runs the harness cannot share one episode's tools between runs (each later
     run would play on in the same episode), and forking the episode would let a harness search
@@ -195,9 +200,7 @@ class VerifyAndRetry(dspy.Module):
         refuse_stateful("verify-and-retry", tools)
         self.inner = inner
         self.output = next(iter(signature.output_fields))
-        self.validator = next(
-            (tool for name, tool in tools.items() if any(w in name.lower() for w in VALIDATOR_WORDS)), None
-        )
+        self.validator = named_tool(tools, VALIDATOR_WORDS)
 
     def forward(self, **inputs: Any) -> dspy.Prediction:
         prediction, failure = None, None
@@ -298,9 +301,7 @@ class ConstrainedAnswer(dspy.Module):
         super().__init__()
         self.inner = inner
         self.answer = next(iter(signature.output_fields))
-        self.choices = next(
-            (tool for name, tool in tools.items() if any(w in name.lower() for w in CHOICE_WORDS)), None
-        )
+        self.choices = named_tool(tools, CHOICE_WORDS)
         if ANSWER_VALUES == "choices" and self.choices is None:
             raise ValueError(f"no tool lists the answer's values (a tool named with one of {CHOICE_WORDS})")
 

@@ -253,7 +253,7 @@ def constrained_answer(values: str) -> EditFn:
     def edit(code: str, rng: random.Random) -> str | None:
         if _defines(code, blocks.ConstrainedAnswer.__name__):
             return set_constant(code, "ANSWER_VALUES", values)
-        parts = (blocks.ValueAdapter, blocks.ConstrainedAnswer)
+        parts = (blocks.named_tool, blocks.ValueAdapter, blocks.ConstrainedAnswer)
         knobs = {"ANSWER_VALUES": values, "CHOICE_WORDS": blocks.CHOICE_WORDS}
         call = "ConstrainedAnswer({inner}, signature, tools)"
         return wrap_build(code, f"{values}_answer", parts, knobs, call)
@@ -323,7 +323,7 @@ EDITS: tuple[Edit, ...] = (
         "Checking the answer (with a validator tool if any) and retrying fixes empty or rejected answers.",
         _wrapper(
             "verify_retry",
-            (*RESAMPLING, blocks.VerifyAndRetry),
+            (*RESAMPLING, blocks.named_tool, blocks.VerifyAndRetry),
             {
                 "RETRIES": blocks.RETRIES,
                 **RESAMPLING_KNOBS,

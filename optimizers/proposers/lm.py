@@ -1,10 +1,11 @@
 """LMProposer: any model DSPy can call reads the archive and writes one new harness per request.
 
-The request carries the best candidates' code and diffs, every candidate's score
-and a sample of raw failing (with the search task's gold) and succeeding traces;
-the k requests of one iteration start from different parents and ideas. An LM error or timeout is retried;
-after the last retry the proposer returns fewer candidates and records why, so
-the iteration goes on (or is recorded as empty) instead of crashing the search.
+The request carries the task card, the best candidates' code and diffs, every
+candidate's score and a sample of raw failing (with the search task's gold) and
+succeeding traces; the k requests of one iteration start from different parents
+and ideas. An LM error or timeout is retried; after the last retry the proposer
+returns fewer candidates and records why, so the iteration goes on (or is
+recorded as empty) instead of crashing the search.
 """
 
 from __future__ import annotations

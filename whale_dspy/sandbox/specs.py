@@ -57,7 +57,8 @@ def sampling_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _type_text(annotation: Any) -> str:
+def type_text(annotation: Any) -> str:
+    """An annotation as the text a signature string takes (`str`, `list[str]`, `Literal['a']`)."""
     if isinstance(annotation, type):
         return annotation.__name__
     return str(annotation).replace("typing.", "")
@@ -72,7 +73,7 @@ def describe_signature(signature: type[dspy.Signature]) -> dict[str, Any]:
             {
                 "name": name,
                 "io": extra.get("__dspy_field_type"),
-                "type": _type_text(info.annotation),
+                "type": type_text(info.annotation),
                 "desc": extra.get("desc", ""),
                 "prefix": extra.get("prefix", ""),
             }
