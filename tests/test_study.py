@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import sys
+import time
 
 import optuna
 import pytest
@@ -14,8 +16,8 @@ from optimizers.search_space import FloatRange, IntRange, SearchSpace, config_to
 from optimizers.study import StudyConfig, TrialContext, TrialReporter, open_study, run_study, summarize
 from optimizers.study_plots import save_plots
 from optimizers.study_pruners import PlateauPruner
-from optimizers.study_storage import open_storage
-from whale_dspy.errors import ConfigError
+from optimizers.study_storage import Lease, fail_stale_trials, open_storage
+from whale_dspy.errors import ConfigError, WhaleError
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -215,6 +217,46 @@ def test_wilcoxon_without_per_task_scores_is_a_config_error():
 def test_an_unusable_storage_is_a_config_error(url):
     with pytest.raises(ConfigError, match="storage"):
         open_storage(url)
+
+
+def test_a_missing_postgresql_driver_names_the_extra_that_installs_it(monkeypatch):
+    monkeypatch.setitem(sys.modules, "psycopg", None)  # as if psycopg were not installed
+    with pytest.raises(ConfigError, match=r"driver is not installed .*whale-dspy\[postgres\]"):
+        open_storage("postgresql://nobody@127.0.0.1:1/none")
+
+
+def test_a_storage_error_does_not_show_the_database_password():
+    with pytest.raises(ConfigError, match="storage") as caught:
+        open_storage("postgresql://whale:s3cret@127.0.0.1:1/none")
+    assert "s3cret" not in str(caught.value) and "whale:***@127.0.0.1:1" in str(caught.value)
+
+
+def test_a_negative_retry_count_is_a_config_error():
+    with pytest.raises(ConfigError, match="retries must be >= 0"):
+        Lease(retries=-1)
+
+
+@pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
+@pytest.mark.parametrize("scheme", ["sqlite", "journal"])
+def test_a_trial_whose_run_raised_is_failed_but_not_retried(tmp_path, scheme):
+    """Only a trial whose worker went silent is queued again; a run that raised was a real answer."""
+    storage = f"sqlite:///{tmp_path / 's.db'}" if scheme == "sqlite" else f"journal:///{tmp_path / 's.log'}"
+    scripted = scripted_run_trial()
+
+    def first_one_breaks(context: TrialContext, reporter: TrialReporter) -> float:
+        if context.number == 0:
+            raise WhaleError("the run's server died")
+        return scripted(context, reporter)
+
+    lease = Lease(heartbeat_interval=1, grace_period=2)
+    study = run_study(config(trials=3, storage=storage, pruner="none", lease=lease), first_one_breaks)
+    time.sleep(2.5)  # past the grace period: a heartbeat-failed trial would be stale by now
+    assert fail_stale_trials(study, lease) == []
+    trials = study.get_trials()
+    assert [t.state for t in trials] == [TrialState.FAIL, TrialState.COMPLETE, TrialState.COMPLETE]
+    assert [optuna.storages.RetryHeartbeatStaleTrialCallback.retried_trial_number(t) for t in trials] == [
+        None
+    ] * 3
 
 
 def test_a_study_recorded_with_another_space_is_refused_before_any_trial(tmp_path):

@@ -2,6 +2,8 @@
 
 This file is also the worker: `python tests/test_study_workers.py STORAGE NAME ...`
 runs one worker, so the tests start real processes and can kill one with -9.
+Each test runs on SQLite and on a PostgreSQL database of its own (on the
+session's `postgres_server`), the kill test on a journal file too.
 The scripted objective gives each schedule a deterministic validation curve
 that rises to a peak and then sags (too much training on too little harness
 search), higher for schedules near the paper's E=0.6, I=6.
@@ -10,6 +12,7 @@ search), higher for schedules near the paper's E=0.6, I=6.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import signal
 import subprocess
@@ -74,12 +77,29 @@ def start_worker(tmp: Path, storage: str, *args: str) -> subprocess.Popen:
     )
 
 
+@pytest.fixture
+def storage(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A new, empty study storage of the kind the test is parametrized with."""
+    if request.param == "postgresql":
+        return request.getfixturevalue("postgres_url")
+    return {
+        "sqlite": f"sqlite:///{tmp_path / 'study.db'}",
+        "journal": f"journal:///{tmp_path / 'study.log'}",
+    }[request.param]
+
+
+@functools.cache
+def _connection(storage: str):
+    """One storage object per URL: polling must not open a new connection pool every time."""
+    from optimizers.study_storage import open_storage
+
+    return open_storage(storage, Lease(1, 2))
+
+
 def _open(storage: str):
     import optuna
 
-    from optimizers.study_storage import open_storage
-
-    return optuna.load_study(study_name="demo", storage=open_storage(storage, Lease(1, 2)))
+    return optuna.load_study(study_name="demo", storage=_connection(storage))
 
 
 def _wait_for_running_trial(storage: str, worker: subprocess.Popen, timeout: float = 60.0) -> int:
@@ -98,11 +118,12 @@ def _wait_for_running_trial(storage: str, worker: subprocess.Popen, timeout: flo
     raise AssertionError("no trial started")
 
 
-@pytest.mark.parametrize("scheme", ["sqlite", "journal"])
-def test_a_killed_worker_leaves_its_trial_failed_not_running(tmp_path, scheme):
+@pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
+@pytest.mark.parametrize("storage", ["sqlite", "journal", "postgresql"], indirect=True)
+def test_a_killed_workers_trial_is_failed_and_retried_by_another(tmp_path, storage):
+    from optuna.storages import RetryHeartbeatStaleTrialCallback
     from optuna.trial import TrialState
 
-    storage = f"sqlite:///{tmp_path / 's.db'}" if scheme == "sqlite" else f"journal:///{tmp_path / 's.log'}"
     doomed = start_worker(tmp_path, storage, "--trials", "3", "--hang-after", "1")
     try:
         number = _wait_for_running_trial(storage, doomed)
@@ -111,22 +132,30 @@ def test_a_killed_worker_leaves_its_trial_failed_not_running(tmp_path, scheme):
         doomed.wait()
     time.sleep(2.5)  # past the grace period: the dead worker's heartbeat is stale now
     survivor = start_worker(tmp_path, storage, "--trials", "3", "--pruner", "none")
-    assert survivor.wait(timeout=120) == 0
-    states = {t.number: t.state for t in _open(storage).get_trials()}
-    assert states[number] == TrialState.FAIL
-    assert sum(state == TrialState.COMPLETE for state in states.values()) >= 2
-    assert TrialState.RUNNING not in states.values()
+    assert survivor.wait(timeout=120) == 0, [p.read_text() for p in tmp_path.glob("worker-*.log")]
+    trials = {t.number: t for t in _open(storage).get_trials()}
+    states = [t.state for t in trials.values()]
+    assert trials[number].state == TrialState.FAIL
+    assert states.count(TrialState.COMPLETE) >= 2
+    assert TrialState.RUNNING not in states and TrialState.WAITING not in states
+    retries = [
+        t for t in trials.values() if RetryHeartbeatStaleTrialCallback.retried_trial_number(t) == number
+    ]
+    assert [(t.state, t.params) for t in retries] == [(TrialState.COMPLETE, trials[number].params)]
+    assert retries[0].number > number and retries[0].user_attrs["worker"] == survivor.pid
 
 
-def test_two_workers_share_one_sqlite_study_and_prune(tmp_path):
+@pytest.mark.parametrize("storage", ["sqlite", "postgresql"], indirect=True)
+def test_two_workers_share_one_study_and_prune(tmp_path, storage):
     from optuna.trial import TrialState
 
-    storage = f"sqlite:///{tmp_path / 'study.db'}"
     workers = [
         start_worker(tmp_path, storage, "--trials", "10", "--seed", str(seed), "--seconds", "0.05")
         for seed in (1, 2)
     ]
-    assert [w.wait(timeout=240) for w in workers] == [0, 0], [p.read_text() for p in tmp_path.glob("*.log")]
+    assert [w.wait(timeout=240) for w in workers] == [0, 0], [
+        p.read_text() for p in tmp_path.glob("worker-*.log")
+    ]
     trials = _open(storage).get_trials()
     states = [t.state for t in trials]
     assert states.count(TrialState.COMPLETE) >= 3
