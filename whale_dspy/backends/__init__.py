@@ -9,9 +9,11 @@ from __future__ import annotations
 from whale_dspy.lazy_exports import lazy_getattr
 
 _EXPORTS = {
+    "AdapterStore": "adapter_store",
     "DEFAULT_MODEL": "vllm_server",
     "PROVIDER": "remote",
     "RemoteServer": "remote",
+    "ReplicaSet": "replicas",
     "VLLMServer": "vllm_server",
     "default_dtype": "vllm_server",
     "embedded_server": "vllm_server",

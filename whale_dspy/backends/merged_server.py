@@ -133,5 +133,5 @@ class MergedAdapterServer(VLLMServer):
                 return
             time.sleep(0.5)
         raise BackendError(
-            f"the prefix cache could not be reset after swapping in {label}{self._failure_context()}"
+            f"the prefix cache could not be reset after swapping in {label}{self.failure_context()}"
         )

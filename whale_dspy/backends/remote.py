@@ -51,6 +51,7 @@ class RemoteServer:
     """A running server at `url` serving `base_name`; start() and stop() do nothing."""
 
     shared = True  # someone else's: other runs may use it too
+    adapter_serving = "runtime"
 
     def __init__(
         self,
@@ -83,18 +84,33 @@ class RemoteServer:
     def served_model(self) -> str:
         """The model the server says it serves under the base name (vLLM's `root`: the path or hub
         id it loaded), so that records name what ran rather than what was asked for."""
+        for model in self._models():
+            if model.get("id") == self.served_name:
+                return str(model.get("root") or model["id"])
+        raise BackendError(f"the server at {self._url} serves no model named {self.served_name!r}")
+
+    def listed_adapters(self) -> set[str]:
+        """The adapters the server itself lists now (after a restart: none, or what its resolver loaded)."""
+        return {str(model["id"]) for model in self._models() if model.get("id") != self.served_name}
+
+    def _models(self) -> list[dict[str, Any]]:
         import httpx
 
         try:
             response = httpx.get(f"{self._url}/v1/models", timeout=self.request_timeout_s)
             response.raise_for_status()
-            models = response.json()["data"]
-        except (httpx.HTTPError, ValueError, KeyError) as error:
+            return list(response.json()["data"])
+        except (httpx.HTTPError, ValueError, KeyError, TypeError) as error:
             raise BackendError(f"the server at {self._url} did not list its models: {error}") from error
-        for model in models:
-            if model.get("id") == self.served_name:
-                return str(model.get("root") or model["id"])
-        raise BackendError(f"the server at {self._url} serves no model named {self.served_name!r}")
+
+    def healthy(self, timeout_s: float = 10.0) -> bool:
+        """True while /health answers 200."""
+        import httpx
+
+        try:
+            return httpx.get(f"{self._url}/health", timeout=timeout_s).status_code == 200
+        except httpx.HTTPError:
+            return False
 
     def serving(self) -> dict[str, Any]:
         """How this server serves, as far as a client knows: someone else started it."""
@@ -119,6 +135,15 @@ class RemoteServer:
         self._post("/v1/load_lora_adapter", {"lora_name": ref.name, "lora_path": str(path)}, ref.name)
         self._remember(ref)
         logger.info("loaded adapter %s from %s", ref.name, path)
+
+    def reload_adapter(self, ref: AdapterRef) -> None:
+        """Load again an adapter this server lost by restarting: the one case where a name returns
+        (a new server process holds no stale cache blocks of it)."""
+        if self._loaded.get(ref.name) != ref:
+            raise BackendError(f"adapter {ref.name!r} was never loaded here as {ref.path}: load it first")
+        path = Path(ref.path).expanduser().resolve()
+        self._post("/v1/load_lora_adapter", {"lora_name": ref.name, "lora_path": str(path)}, ref.name)
+        logger.info("reloaded adapter %s from %s after a restart", ref.name, path)
 
     def unload_adapter(self, name: str) -> None:
         """Free an adapter's slot; its name stays used."""
@@ -187,14 +212,14 @@ class RemoteServer:
         try:
             response = httpx.post(f"{self.url}{route}", json=payload, timeout=self.request_timeout_s)
         except httpx.HTTPError as error:
-            raise BackendError(f"{route} for {name!r} failed: {error}{self._failure_context()}") from error
+            raise BackendError(f"{route} for {name!r} failed: {error}{self.failure_context()}") from error
         if response.status_code != 200:
             raise BackendError(
                 f"{route} for {name!r} was refused (HTTP {response.status_code}): "
-                f"{response.text[:2000]}{self._failure_context()}"
+                f"{response.text[:2000]}{self.failure_context()}"
             )
         return response
 
-    def _failure_context(self) -> str:
-        """Extra text for error messages (a local server adds its log tail)."""
+    def failure_context(self) -> str:
+        """Extra text for error messages and warnings (a local server adds its log tail)."""
         return ""

@@ -86,7 +86,6 @@ BINDING_VARIABLES = ("VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_NUM_OF_RESERVED_CPU"
 class VLLMServer(RemoteServer):
     """Starts vLLM on a free loopback port with LoRA enabled; stop() ends its whole process group."""
 
-    adapter_serving = "runtime"
     shared = False  # a run's own
 
     def __init__(
@@ -109,10 +108,13 @@ class VLLMServer(RemoteServer):
         sampling: Mapping[str, Any] | None = None,
         extra_args: Sequence[str] = (),
         cache_dir: Path | None = None,
+        adapter_store: Path | None = None,
     ) -> None:
         """`command` replaces `[python, -m, vllm...]` (the vLLM flags are still appended);
         dtype None picks `default_dtype()`; cpu None means "is vllm-cpu installed here"; chunked_prefill
-        None means on, unless a CPU build would run without our plugin (then whole prompts)."""
+        None means on, unless a CPU build would run without our plugin (then whole prompts).
+        `adapter_store`: a folder of adapters (one per name) that vLLM's filesystem LoRA resolver
+        loads from on a request's first use of a name, so a restarted server serves them again."""
         super().__init__("http://unstarted", served_name, base_model=model, sampling=sampling)
         self.model = model
         self.log_path = Path(log_path)
@@ -135,6 +137,7 @@ class VLLMServer(RemoteServer):
         self.startup_timeout_s = startup_timeout_s
         self.extra_args = tuple(extra_args)
         self.cache_dir = cache_dir
+        self.adapter_store = adapter_store
         self._process: ManagedProcess | None = None
 
     @property
@@ -158,14 +161,7 @@ class VLLMServer(RemoteServer):
         vLLM's API server can outlive its engine (vllm-cpu's did, after an engine
         crash) and then answers /health with an error while the process runs on.
         """
-        import httpx
-
-        if not self.alive():
-            return False
-        try:
-            return httpx.get(f"{self._url}/health", timeout=timeout_s).status_code == 200
-        except httpx.HTTPError:
-            return False
+        return self.alive() and super().healthy(timeout_s)
 
     def serving(self) -> dict[str, Any]:
         """The settings that decide this server's speed and numerics, for the run's records."""
@@ -180,6 +176,7 @@ class VLLMServer(RemoteServer):
             if self.cpu_build
             else None,
             "extra_args": list(self.extra_args),
+            "adapter_store": str(self.adapter_store) if self.adapter_store is not None else None,
         }
 
     def start(self) -> None:
@@ -230,7 +227,10 @@ class VLLMServer(RemoteServer):
         return argv + list(self.extra_args)
 
     def _env(self) -> dict[str, str]:
-        return {**os.environ, "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}
+        env = {**os.environ, "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}
+        if self.adapter_store is not None:
+            env["VLLM_LORA_RESOLVER_CACHE_DIR"] = str(Path(self.adapter_store).resolve())
+        return env
 
     def _adapter_args(self) -> list[str]:
         """How adapters are served: runtime LoRA, addressed by name."""
@@ -248,16 +248,16 @@ class VLLMServer(RemoteServer):
         while time.monotonic() - started < self.startup_timeout_s:
             code = self._process.exit_code()
             if code is not None:
-                raise BackendError(f"vLLM exited with code {code} during startup{self._failure_context()}")
+                raise BackendError(f"vLLM exited with code {code} during startup{self.failure_context()}")
             if self.healthy(timeout_s=2.0):
                 logger.info("vLLM healthy at %s after %.0f s", self._url, time.monotonic() - started)
                 return
             time.sleep(0.5)
         raise BackendError(
-            f"vLLM did not become healthy within {self.startup_timeout_s:.0f} s{self._failure_context()}"
+            f"vLLM did not become healthy within {self.startup_timeout_s:.0f} s{self.failure_context()}"
         )
 
-    def _failure_context(self) -> str:
+    def failure_context(self) -> str:
         if self._process is None:
             return ""
         return f"\n--- last lines of {self.log_path} ---\n{self._process.log_tail()}"

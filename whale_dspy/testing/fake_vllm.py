@@ -1,21 +1,30 @@
-"""A stand-in for vLLM's OpenAI server, launched through VLLMServer(command=...) by fast tests.
+"""A stand-in for vLLM's OpenAI server, launched through VLLMServer(command=fake_vllm.command(...))
+by fast tests and bench scripts' tiny modes.
 
 It accepts vLLM's flags, answers /health, the LoRA routes (refusing an unknown
 name or an empty directory like vLLM does) and chat completions with a fixed
 JSON answer, and records every request body to --record so tests can read what
 the client really sent. POST /fake/kill_engine makes it act like a vLLM whose
-engine died: /health and completions answer 500 while the process runs on.
+engine died: /health and completions answer 500 while the process runs on. --delay S makes each
+completion take S seconds (calls in flight when a test kills it).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 ANSWER = '{"answer": "4"}'
+
+
+def command(record: Path | None = None, delay: float = 0.0) -> list[str]:
+    """The fake's command line for `VLLMServer(command=...)` (which appends vLLM's flags)."""
+    return [sys.executable, __file__, *(["--record", str(record)] if record else []), "--delay", str(delay)]
 
 
 def main() -> None:
@@ -24,6 +33,7 @@ def main() -> None:
     parser.add_argument("--served-model-name", default="base")
     parser.add_argument("--model", default="fake-model")
     parser.add_argument("--record", type=Path, default=None)
+    parser.add_argument("--delay", type=float, default=0.0)
     args, _ = parser.parse_known_args()
     adapters: set[str] = set()
     engine_dead = threading.Event()
@@ -77,6 +87,7 @@ def main() -> None:
             elif name != args.served_model_name and name not in adapters:
                 self.reply(404, {"error": {"message": f"The model `{name}` does not exist."}})
             else:
+                time.sleep(args.delay)
                 message = {"role": "assistant", "content": ANSWER}
                 usage = {"prompt_tokens": 5, "completion_tokens": 5, "total_tokens": 10}
                 choice = {"index": 0, "message": message, "finish_reason": "stop"}

@@ -1,0 +1,226 @@
+"""A replica set over fake vLLM servers: calls spread, adapters reach every replica, failures fail over.
+
+Each fake (tests/fake_vllm.py) records every request it gets, so the tests read which replica saw
+what and in which order. The set reaches them by URL, as it reaches replicas a supervisor runs: a
+replica "dies" by SIGKILL of its process and "restarts" as a new fake at the same address.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from meta_harness_helpers import GOOD, exact, student, tasks
+
+from whale_dspy.backends import AdapterStore, RemoteServer, ReplicaSet, VLLMServer
+from whale_dspy.errors import BackendError, ConfigError
+from whale_dspy.evaluation import evaluate
+from whale_dspy.records import AdapterRef
+from whale_dspy.testing import fake_vllm
+
+
+def replica(folder: Path, *, port: int | None = None, delay: float = 0.0) -> VLLMServer:
+    """A fake vLLM recording its requests to folder/requests.jsonl (appended across restarts), serving
+    the model folder its siblings serve too."""
+    folder.mkdir(parents=True, exist_ok=True)
+    model = folder.parent / "model"
+    model.mkdir(exist_ok=True)
+    return VLLMServer(
+        str(model),
+        log_path=folder / "server.log",
+        command=fake_vllm.command(folder / "requests.jsonl", delay),
+        port=port,
+        startup_timeout_s=60,
+    )
+
+
+def requests(folder: Path) -> list[dict]:
+    path = folder / "requests.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def completions(folder: Path, model: str | None = None) -> int:
+    return sum(
+        row["path"] == "/v1/chat/completions" and model in (None, row["body"]["model"])
+        for row in requests(folder)
+    )
+
+
+def adapter(tmp_path: Path, name: str, base: str) -> AdapterRef:
+    folder = tmp_path / "trained" / name
+    folder.mkdir(parents=True)
+    (folder / "adapter_config.json").write_text(
+        json.dumps({"peft_type": "LORA", "base_model_name_or_path": base})
+    )
+    return AdapterRef(name=name, path=str(folder), base=base)
+
+
+def kill(server: VLLMServer) -> None:
+    with contextlib.suppress(ProcessLookupError):  # killed already
+        os.killpg(server.pid, signal.SIGKILL)
+    while server.alive():
+        time.sleep(0.05)
+
+
+def wait_until(condition, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.1)
+
+
+class Fleet:
+    """Fake replicas the test starts, kills and restarts, and the set that reaches them by URL."""
+
+    def __init__(self, tmp_path: Path, count: int, **options) -> None:
+        self.folders = [tmp_path / name for name in "abcd"[:count]]
+        self.servers = [replica(folder, delay=0.05) for folder in self.folders]
+        for server in self.servers:
+            server.start()
+        clients = [RemoteServer(server.url, base_model=server.model) for server in self.servers]
+        self.set = ReplicaSet(clients, **{"probe_interval_s": 0.2, "wait_s": 2.0, **options})
+        self.set.start()
+
+    def restart(self, index: int) -> None:
+        port = int(self.servers[index].url.rsplit(":", 1)[1])
+        kill(self.servers[index])
+        self.servers[index] = replica(self.folders[index], port=port, delay=0.05)
+        self.servers[index].start()
+
+    def stop(self) -> None:
+        self.set.stop()
+        for server in self.servers:
+            server.stop()
+
+
+@pytest.fixture
+def fleet(tmp_path):
+    fleet = Fleet(tmp_path, 2, store=AdapterStore(tmp_path / "store"))
+    yield fleet
+    fleet.stop()
+
+
+def test_one_evaluation_is_spread_over_both_replicas(fleet):
+    report, rollouts = evaluate(student(GOOD), tasks(12), metric=exact, lm=fleet.set.lm(), k=2, threads=4)
+    assert len(rollouts) == 24 and report.mean_at_k == 1.0
+    served = [completions(folder) for folder in fleet.folders]
+    assert min(served) >= 6, served  # least-busy routing: neither replica sits idle
+    assert sum(row["answered"] for row in fleet.set.stats()) == sum(served)
+
+
+def test_an_adapter_is_on_every_replica_before_a_request_names_it(fleet, tmp_path):
+    ref = adapter(tmp_path, "policy-r00-s0001", fleet.set.base_model)
+    fleet.set.load_adapter(ref)
+    assert (tmp_path / "store" / ref.name / "adapter_config.json").is_file()  # published for resolvers
+    evaluate(student(GOOD), tasks(8), metric=exact, lm=fleet.set.lm(ref.name), k=2, threads=4)
+    for folder in fleet.folders:
+        load, first_use = order(requests(folder), ref.name)
+        assert load < first_use
+        assert requests(folder)[load]["body"]["lora_path"] == str(tmp_path / "store" / ref.name)
+    with pytest.raises(BackendError, match="already used"):
+        fleet.set.load_adapter(ref)
+
+
+def order(rows: list[dict], name: str) -> tuple[int, int]:
+    """Indices of `name`'s first load and of its first completion among `rows`."""
+    named = [(row["path"], row["body"].get("lora_name") or row["body"].get("model")) for row in rows]
+    return named.index(("/v1/load_lora_adapter", name)), named.index(("/v1/chat/completions", name))
+
+
+def test_a_replica_killed_mid_evaluation_loses_no_rollout(fleet, tmp_path):
+    ref = adapter(tmp_path, "policy-r00-s0001", fleet.set.base_model)
+    fleet.set.load_adapter(ref)
+    doomed = fleet.servers[0]
+    killer = threading.Thread(
+        target=lambda: (wait_until(lambda: completions(fleet.folders[0]) >= 3), kill(doomed))
+    )
+    killer.start()
+    lm = fleet.set.lm(ref.name)
+    report, rollouts = evaluate(student(GOOD), tasks(16), metric=exact, lm=lm, k=2, threads=4)
+    killer.join()
+    assert len(rollouts) == 32 and report.mean_at_k == 1.0  # every rollout answered, none scored 0
+    assert all(rollout.error is None for rollout in rollouts)
+    stats = fleet.set.stats()
+    assert stats[0]["failures"] == 1 and not stats[0]["up"]
+    assert completions(fleet.folders[1]) > completions(fleet.folders[0])
+
+
+def test_a_restarted_replica_gets_the_current_adapter_before_serving(fleet, tmp_path):
+    ref = adapter(tmp_path, "policy-r00-s0001", fleet.set.base_model)
+    fleet.set.load_adapter(ref)
+    lm = fleet.set.lm(ref.name)
+    kill(fleet.servers[0])
+    evaluate(student(GOOD), tasks(4), metric=exact, lm=lm, k=1, threads=2)  # finds it dead: fails over
+    first = fleet.set.replicas[0]
+    assert not first.up
+    before = len(requests(fleet.folders[0]))
+    fleet.restart(0)
+    wait_until(lambda: first.up)
+    evaluate(student(GOOD), tasks(8), metric=exact, lm=lm, k=2, threads=4)
+    load, first_use = order(requests(fleet.folders[0])[before:], ref.name)
+    assert load < first_use
+
+
+def test_a_replica_restarted_between_calls_reloads_the_adapter_it_lost(tmp_path):
+    """Nobody saw it down: its "no such model" answer is what tells the set it restarted."""
+    fleet = Fleet(tmp_path, 1, probe_interval_s=60)
+    try:
+        ref = adapter(tmp_path, "policy-r00-s0001", fleet.set.base_model)
+        fleet.set.load_adapter(ref)
+        fleet.restart(0)
+        lm = fleet.set.lm(ref.name)
+        report, _ = evaluate(student(GOOD), tasks(2), metric=exact, lm=lm, k=1, threads=1)
+        assert report.mean_at_k == 1.0
+        loads = [row for row in requests(fleet.folders[0]) if row["path"] == "/v1/load_lora_adapter"]
+        assert len(loads) == 2  # the first load, then the reload after the restart
+    finally:
+        fleet.stop()
+
+
+def test_with_no_live_replica_the_evaluation_stops_with_backend_error(fleet):
+    for server in fleet.servers:
+        kill(server)
+    with pytest.raises(BackendError, match="no live replica"):
+        evaluate(student(GOOD), tasks(4), metric=exact, lm=fleet.set.lm(), k=1, threads=2)
+
+
+def test_replicas_that_serve_different_models_are_refused(tmp_path):
+    servers = [replica(tmp_path / "a"), replica(tmp_path / "b")]
+    servers[1].model = str(tmp_path / "other")
+    (tmp_path / "other").mkdir()
+    with pytest.raises(BackendError, match="different models"):
+        ReplicaSet(servers).start()
+    assert not any(server.alive() for server in servers)
+
+
+def test_the_cli_builds_a_replica_set_from_several_urls_or_several_own_servers(tmp_path):
+    from whale_dspy.cli.wiring import RunSettings, backend_for_model, make_backend
+
+    urls = "http://127.0.0.1:1, http://127.0.0.1:2"
+    remote = backend_for_model(str(tmp_path), tmp_path / "run", urls)
+    assert isinstance(remote, ReplicaSet) and [r.server.url for r in remote.replicas] == urls.replace(
+        " ", ""
+    ).split(",")
+    assert remote.store.root == (tmp_path / "run" / "adapter-store").resolve()
+    settings = RunSettings(
+        domain="math", model=str(tmp_path), replicas=2, adapter_store=str(tmp_path / "shared")
+    )
+    own = make_backend(settings, tmp_path / "run")
+    assert [r.server.adapter_store for r in own.replicas] == [(tmp_path / "shared").resolve()] * 2
+    assert {r.server.adapter_serving for r in own.replicas} == {"runtime"}
+    assert len({r.server.log_path for r in own.replicas}) == 2
+
+
+def test_replicas_refuse_merged_serving_and_a_count_below_one():
+    from whale_dspy.cli.wiring import RunSettings
+
+    with pytest.raises(ConfigError, match="runtime LoRA"):
+        RunSettings(domain="math", replicas=2, adapters="merged")
+    with pytest.raises(ConfigError, match="replicas must be >= 1"):
+        RunSettings(domain="math", replicas=0)
