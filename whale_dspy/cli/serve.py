@@ -58,6 +58,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="vLLM --dtype (default: bfloat16 where the hardware has bf16 math, else float32)",
     )
     parser.add_argument("--log", type=Path, default=None, help="server log file (default: a temp file)")
+    parser.add_argument(
+        "--adapter-store", dest="adapter_store", type=Path, default=None, metavar="DIR",
+        help="serve the adapters in DIR by name on first use (a replica set's store; vLLM's resolver)",
+    )  # fmt: skip
     parser.set_defaults(func=run)
 
 
@@ -65,7 +69,9 @@ def run(args: argparse.Namespace) -> int:
     from whale_dspy.backends import VLLMServer
 
     log = args.log or Path(tempfile.mkdtemp(prefix="whale-serve-")) / "vllm.log"
-    server = VLLMServer(args.model, log_path=log, port=args.port, dtype=args.dtype)
+    server = VLLMServer(
+        args.model, log_path=log, port=args.port, dtype=args.dtype, adapter_store=args.adapter_store
+    )
     with server:
         print(f"serving {args.model} as '{server.served_name}' at {server.url}/v1 (log {log}); Ctrl-C stops")
         try:

@@ -55,6 +55,12 @@ class RunSettings:
     adapters: str = "auto"
     """How the run's own server serves adapters: "merged" into the weights (no per-token LoRA
     cost; the CPU build's "auto"), or "runtime" LoRA by name (GPUs' "auto")."""
+    replicas: int = 1
+    """How many servers the run starts for itself; more than one serve runtime LoRA behind one
+    replica set (whale_dspy.backends.replicas), each call on the least busy."""
+    adapter_store: str | None = None
+    """Where a replica set publishes adapters for every replica to read (a shared file system when
+    replicas run on other hosts); default the run folder's `adapter-store`."""
 
     def __post_init__(self) -> None:
         if self.preset not in PRESETS:
@@ -63,6 +69,10 @@ class RunSettings:
             raise ConfigError(
                 f"unknown adapter serving {self.adapters!r}; valid: {', '.join(ADAPTER_SERVING)}"
             )
+        if self.replicas < 1:
+            raise ConfigError(f"replicas must be >= 1, got {self.replicas}")
+        if self.replicas > 1 and self.adapters == "merged":
+            raise ConfigError("replicas serve runtime LoRA: --adapters merged swaps one server's weights")
         object.__setattr__(self, "agent_read", tuple(str(Path(p).resolve()) for p in self.agent_read))
         object.__setattr__(self, "agent_env", tuple(self.agent_env))
 
@@ -136,8 +146,14 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, method: bool = True, s
             f"--{split}-limit", dest=f"{split}_limit", type=int, help=f"at most N {split} tasks"
         )
     parser.add_argument(
-        "--server-url", dest="server_url", help="reuse a running `whale serve` server (not recorded)"
-    )
+        "--server-url", dest="server_url",
+        help="reuse running servers: one URL, or several comma-separated as replicas (not recorded)",
+    )  # fmt: skip
+    parser.add_argument("--replicas", type=int, help="servers the run starts for itself (default 1)")
+    parser.add_argument(
+        "--adapter-store", dest="adapter_store", metavar="DIR",
+        help="where replicas read adapters from (shared by every replica's host; default in the run folder)",
+    )  # fmt: skip
     parser.add_argument(
         "--adapters", choices=ADAPTER_SERVING,
         help="the run's own server: adapters merged into the weights or runtime LoRA (auto: merged on CPU)",
@@ -198,24 +214,50 @@ def name_part(text: str, default: str) -> str:
 
 
 def make_backend(settings: RunSettings, log_dir: Path, server_url: str | None = None) -> InferenceBackend:
-    return backend_for_model(settings.model, log_dir, server_url, adapters=settings.adapters)
+    return backend_for_model(
+        settings.model,
+        log_dir,
+        server_url,
+        adapters=settings.adapters,
+        replicas=settings.replicas,
+        adapter_store=settings.adapter_store,
+    )
 
 
 def backend_for_model(
-    model: str, log_dir: Path, server_url: str | None = None, *, adapters: str = "auto"
+    model: str,
+    log_dir: Path,
+    server_url: str | None = None,
+    *,
+    adapters: str = "auto",
+    replicas: int = 1,
+    adapter_store: str | None = None,
 ) -> InferenceBackend:
-    """A running server at `server_url` serving `model`, or an embedded one (started by the caller)."""
-    from whale_dspy.backends import RemoteServer, embedded_server
+    """Running servers at `server_url` (several, comma-separated: a replica set) serving `model`, or
+    the run's own (`replicas` of them), not started yet."""
+    from whale_dspy.backends import AdapterStore, RemoteServer, ReplicaSet, embedded_server
     from whale_dspy.models import resolve_model
 
-    if server_url:
-        if adapters == "merged":
-            raise ConfigError(
-                "--adapters merged needs the run's own server: a shared --server-url serves runtime LoRA"
-            )
-        return RemoteServer(server_url, base_model=resolve_model(model))
+    urls = [url.strip() for url in (server_url or "").split(",") if url.strip()]
+    if urls and adapters == "merged":
+        raise ConfigError(
+            "--adapters merged needs the run's own server: a shared --server-url serves runtime LoRA"
+        )
     log_dir.mkdir(parents=True, exist_ok=True)
-    return embedded_server(model, run_dir=log_dir, adapters=adapters)
+    if len(urls) == 1:
+        return RemoteServer(urls[0], base_model=resolve_model(model))
+    if not urls and replicas == 1:
+        return embedded_server(model, run_dir=log_dir, adapters=adapters)
+    store = AdapterStore(Path(adapter_store) if adapter_store else log_dir / "adapter-store")
+    if urls:
+        return ReplicaSet([RemoteServer(url, base_model=resolve_model(model)) for url in urls], store=store)
+    own = [
+        embedded_server(
+            model, run_dir=log_dir / f"replica-{index}", adapters="runtime", adapter_store=store.root
+        )
+        for index in range(replicas)
+    ]
+    return ReplicaSet(own, store=store)
 
 
 def student_of(

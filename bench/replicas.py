@@ -1,0 +1,134 @@
+"""Replica benchmark: one evaluation on one replica against the same evaluation on two, in one run.
+
+Two servers of the model start (runtime LoRA, reading one adapter store). The same echo-task
+evaluation (whale_dspy.testing.echo: tasks x k rollouts, DSPy's path) runs through a replica set of
+the first server alone (A) and of both (B), in A-B-B-A rounds so warm-up and other load hit both
+alike; it prints rollouts per second of each and B/A. It also times a fresh adapter from written
+to served on every replica (published to the store, loaded on each, first answer from each).
+
+On a 2-core machine both replicas share the cores: B/A then measures the set's overhead more than
+any speed-up, and says so. `--tiny` runs the same on the shipped fake vLLM (CI runs it).
+
+    python bench/replicas.py [--model smollm2-135m] [--tasks 24] [--k 2] [--threads 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import logging
+import os
+import platform
+import subprocess
+import tempfile
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+import httpx
+
+from whale_dspy.backends import AdapterStore, RemoteServer, ReplicaSet, VLLMServer
+from whale_dspy.cli.smoke import make_random_adapter
+from whale_dspy.evaluation import evaluate
+from whale_dspy.harness import HarnessProgram
+from whale_dspy.records import AdapterRef
+from whale_dspy.testing import fake_vllm
+from whale_dspy.testing.echo import PLAIN_PREDICT, WORDS, Echo, echo_metric, echo_tasks
+
+
+def servers(args: argparse.Namespace, folder: Path, store: AdapterStore) -> list[VLLMServer]:
+    """Two servers of the model (fake vLLMs with --tiny), not started."""
+    options = {"adapter_store": store.root, "kv_cache_gib": 1.0, "max_loras": 2}
+    if args.tiny:
+        model = folder / "model"
+        model.mkdir()
+        return [
+            VLLMServer(
+                str(model), log_path=folder / f"{i}.log", command=fake_vllm.command(delay=0.01), **options
+            )
+            for i in range(2)
+        ]
+    return [VLLMServer(args.model, log_path=folder / f"{i}.log", **options) for i in range(2)]
+
+
+def adapter(args: argparse.Namespace, base: str, folder: Path) -> AdapterRef:
+    if args.tiny:
+        (folder / "adapter").mkdir()
+        (folder / "adapter" / "adapter_config.json").write_text('{"peft_type": "LORA"}')
+        return AdapterRef("bench-replicas-r00", str(folder / "adapter"), base)
+    return make_random_adapter(base, folder / "adapter", name="bench-replicas-r00")
+
+
+def rollouts_per_second(replicas: ReplicaSet, args: argparse.Namespace, tag: str) -> float:
+    program = HarnessProgram(PLAIN_PREDICT, Echo)
+    tasks = echo_tasks(WORDS[: args.tasks])
+    started = time.perf_counter()
+    _, rollouts = evaluate(
+        program, tasks, metric=echo_metric, lm=replicas.lm(max_tokens=args.max_tokens), k=args.k,
+        threads=args.threads, namespace=f"bench-{tag}",
+    )  # fmt: skip
+    return len(rollouts) / (time.perf_counter() - started)
+
+
+def written_to_served(replicas: ReplicaSet, ref: AdapterRef) -> float:
+    """Seconds from an adapter on disk to an answer under it from every replica."""
+    started = time.perf_counter()
+    replicas.load_adapter(ref)
+    for replica in replicas.replicas:
+        body = {"model": ref.name, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
+        httpx.post(f"{replica.api_base}/chat/completions", json=body, timeout=300).raise_for_status()
+    return time.perf_counter() - started
+
+
+def run(args: argparse.Namespace) -> None:
+    with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
+        folder = Path(tmp)
+        store = AdapterStore(folder / "store")
+        both = servers(args, folder, store)
+        for server in both:
+            server.start()
+            stack.callback(server.stop)
+        clients = [RemoteServer(server.url, base_model=server.base_model) for server in both]
+        one, two = ReplicaSet(clients[:1]), ReplicaSet(clients, store=store)
+        for replicas in (one, two):
+            replicas.start()
+            stack.callback(replicas.stop)
+            rollouts_per_second(replicas, args, "warm-up")
+        a1, b1, b2, a2 = (rollouts_per_second(s, args, f"r{i}") for i, s in enumerate((one, two, two, one)))
+        a, b = (a1 + a2) / 2, (b1 + b2) / 2
+        load = written_to_served(two, adapter(args, both[0].base_model, folder))
+        answered = [row["answered"] for row in two.stats()]
+    stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    model = "fake vLLM (--tiny)" if args.tiny else args.model
+    print(f"\n{stamp}, commit {commit}, {platform.machine()}, {os.cpu_count()} cores, load average "
+          f"{os.getloadavg()[0]:.1f}, {model}, {args.tasks} tasks x k={args.k}, {args.threads} threads, "
+          "A-B-B-A rounds\n")  # fmt: skip
+    print("| replicas | rollouts/s (rounds) | mean |")
+    print("|---|---|---|")
+    print(f"| 1 (A) | {a1:.2f}, {a2:.2f} | {a:.2f} |")
+    print(f"| 2 (B) | {b1:.2f}, {b2:.2f} | {b:.2f} |")
+    print(f"\nB/A {b / a:.2f}; calls answered per replica in B: {answered}")
+    if (os.cpu_count() or 1) <= 2:
+        print("(2 cores: both replicas share them, so B/A shows the set's overhead, not a speed-up)")
+    print(f"adapter written -> served on both replicas: {load:.3f} s")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--tasks", type=int, default=24)
+    parser.add_argument("--k", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=8)
+    parser.add_argument("--max-tokens", type=int, default=32)
+    parser.add_argument("--tiny", action="store_true", help="on the shipped fake vLLM, in seconds (CI)")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    logging.getLogger("dspy").setLevel(logging.ERROR)
+    run(args)
+
+
+if __name__ == "__main__":
+    main()
