@@ -89,3 +89,14 @@ def test_compare_and_study_take_their_domain_from_the_file(tmp_path: Path) -> No
     path.write_text('domain = "math"\nseed = 3\n')
     with pytest.raises(ConfigError, match="--methods and --seeds"):
         compare.plan(build_parser().parse_args(["compare", "--config", str(path)]))
+
+
+def test_the_trainer_is_placed_by_the_settings(tmp_path: Path) -> None:
+    settings = settings_of(
+        ["run", "--domain", "math", "--train-device", "cuda:1", "--train-launcher", "ssh trainhost"]
+    )
+    assert settings.train_launcher == ("ssh", "trainhost")
+    assert settings.rft_config().training.device == "cuda:1"
+    assert RunSettings(domain="math", preset="gpu").rft_config().training.device == "cuda"  # the preset's
+    with pytest.raises(ConfigError, match="device must be"):
+        RunSettings(domain="math", train_device="tpu")

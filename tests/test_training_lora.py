@@ -66,6 +66,21 @@ def test_a_crashing_worker_raises_training_error_with_the_log_tail(tmp_path):
     assert not (tmp_path / "x" / "adapter").exists()
 
 
+def test_a_launcher_runs_the_worker_with_its_variables_on_the_command_line(tmp_path):
+    """As `ssh host` would: the launcher gets the worker's command, and no environment of ours."""
+    marker = tmp_path / "launched"
+    launcher = ["sh", "-c", f'echo "$@" > {marker}; exec env -i "$@"', "launcher"]
+    missing = tmp_path / "no-such-model"
+    with pytest.raises(TrainingError, match="exited with") as info:
+        LoraTrainer(launcher=launcher).train(
+            toy_examples(range(2)), base=str(missing), parent=None, name="x", out_dir=tmp_path / "x"
+        )
+    assert str(missing) in str(info.value)  # the worker itself ran, and read the spec
+    command = marker.read_text()
+    assert command.startswith("env PYTHONPATH=") and " OMP_NUM_THREADS=" in command
+    assert f"-m whale_dspy.training.worker {tmp_path / 'x' / 'spec.json'}" in command
+
+
 def test_a_worker_past_its_timeout_is_killed_and_reported(tmp_path):
     trainer = LoraTrainer(timeout_s=0.2)  # far less than importing torch takes
     with pytest.raises(TrainingError, match="timeout_s=0.2"):

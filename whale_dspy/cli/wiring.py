@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import argparse
 import re
+import shlex
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +62,11 @@ class RunSettings:
     adapter_store: str | None = None
     """Where a replica set publishes adapters for every replica to read (a shared file system when
     replicas run on other hosts); default the run folder's `adapter-store`."""
+    train_device: str | None = None
+    """Where the trainer puts the model (cpu, cuda, cuda:N: off the serving GPU); default the preset's."""
+    train_launcher: tuple[str, ...] = ()
+    """A command prefix that runs each training elsewhere (`ssh trainhost`, `srun --gres=gpu:1`), with
+    the run folder at the same path there (see LoraTrainer)."""
 
     def __post_init__(self) -> None:
         if self.preset not in PRESETS:
@@ -75,6 +81,9 @@ class RunSettings:
             raise ConfigError("replicas serve runtime LoRA: --adapters merged swaps one server's weights")
         object.__setattr__(self, "agent_read", tuple(str(Path(p).resolve()) for p in self.agent_read))
         object.__setattr__(self, "agent_env", tuple(self.agent_env))
+        object.__setattr__(self, "train_launcher", tuple(self.train_launcher))
+        if self.train_device is not None:
+            self.rft_config()  # the trainer's config checks the device now, before anything starts
 
     @property
     def agent_jail(self) -> Any:
@@ -91,7 +100,10 @@ class RunSettings:
         from optimizers.rft_config import RFTConfig
 
         preset = RFTConfig.gpu_2b if self.preset == "gpu" else RFTConfig.cpu_embedded
-        return preset(seed=self.seed, run_tag=self.run_tag or f"{self.method}-{self.seed}")
+        config = preset(seed=self.seed, run_tag=self.run_tag or f"{self.method}-{self.seed}")
+        if self.train_device is None:
+            return config
+        return replace(config, training=replace(config.training, device=self.train_device))
 
     @property
     def sampling(self) -> dict[str, Any]:
@@ -150,6 +162,13 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, method: bool = True, s
         help="reuse running servers: one URL, or several comma-separated as replicas (not recorded)",
     )  # fmt: skip
     parser.add_argument("--replicas", type=int, help="servers the run starts for itself (default 1)")
+    parser.add_argument(
+        "--train-device", dest="train_device", help="where the trainer puts the model: cpu, cuda, cuda:N"
+    )
+    parser.add_argument(
+        "--train-launcher", dest="train_launcher", type=shlex.split, metavar="CMD",
+        help="run each training through this command prefix (e.g. 'ssh trainhost'; shared run folder)",
+    )  # fmt: skip
     parser.add_argument(
         "--adapter-store", dest="adapter_store", metavar="DIR",
         help="where replicas read adapters from (shared by every replica's host; default in the run folder)",
@@ -333,7 +352,9 @@ def make_phases(settings: RunSettings, backend: InferenceBackend, metric: Callab
     rft = RejectionSamplingFinetune(
         backend=backend,
         # A shared server may be sampling for other runs while this one trains (see LoraTrainer).
-        trainer=LoraTrainer(rft_config.training, cpu_threads=1 if backend.shared else None),
+        trainer=LoraTrainer(
+            rft_config.training, cpu_threads=1 if backend.shared else None, launcher=settings.train_launcher
+        ),
         metric=metric,
         config=rft_config,
         run_dir=RunDir(run_dir),

@@ -77,6 +77,11 @@ class LoraTrainer:
     its run trains, two threads trained a step 1.6x faster than one (bench/RESULTS.md). Pass 1
     beside a server that others sample from meanwhile: next to its busy compute thread two
     threads trained about 8x slower than one.
+
+    launcher: a command prefix that runs the worker on another host or device (`ssh trainhost`,
+    `srun --gres=gpu:1`); the run folder and this interpreter must be at the same paths there (a
+    shared file system), since the worker reads its spec and writes the adapter by path. The
+    adapter then reaches the servers through the replica set's store, not a local path.
     """
 
     def __init__(
@@ -85,10 +90,12 @@ class LoraTrainer:
         *,
         timeout_s: float | None = None,
         cpu_threads: int | None = None,
+        launcher: Sequence[str] = (),
     ):
         self.config = config or LoraTrainingConfig()
         self.timeout_s = timeout_s
         self.cpu_threads = cpu_threads or len(os.sched_getaffinity(0))
+        self.launcher = tuple(launcher)
 
     def train(
         self,
@@ -139,15 +146,16 @@ class LoraTrainer:
         return spec_path
 
     def _run_worker(self, spec_path: Path, log_path: Path) -> None:
-        """Run the worker with this interpreter; the tree holding whale_dspy goes first on its path."""
+        """Run the worker with this interpreter; the tree holding whale_dspy goes first on its path.
+        Through a launcher, the variables it needs travel on its command line (`env`)."""
         source_root = str(Path(whale_dspy.__file__).resolve().parent.parent)
-        env = {
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join(filter(None, [source_root, os.environ.get("PYTHONPATH")])),
-        }
+        own = {"PYTHONPATH": os.pathsep.join(filter(None, [source_root, os.environ.get("PYTHONPATH")]))}
         if self.config.device == "cpu":
-            env.setdefault("OMP_NUM_THREADS", str(self.cpu_threads))
+            own["OMP_NUM_THREADS"] = os.environ.get("OMP_NUM_THREADS", str(self.cpu_threads))
         command = [sys.executable, "-m", "whale_dspy.training.worker", str(spec_path.resolve())]
+        if self.launcher:
+            command = [*self.launcher, "env", *(f"{name}={value}" for name, value in own.items()), *command]
+        env = {**os.environ, **own}
         turn = FileLock(CPU_TRAINING_LOCK) if self.config.device == "cpu" else contextlib.nullcontext()
         with turn, log_path.open("w") as log_file:
             try:
