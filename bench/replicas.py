@@ -28,12 +28,12 @@ from pathlib import Path
 import httpx
 
 from whale_dspy.backends import AdapterStore, RemoteServer, ReplicaSet, VLLMServer
-from whale_dspy.cli.smoke import make_random_adapter
 from whale_dspy.evaluation import evaluate
 from whale_dspy.harness import HarnessProgram
 from whale_dspy.records import AdapterRef
 from whale_dspy.testing import fake_vllm
 from whale_dspy.testing.echo import PLAIN_PREDICT, WORDS, Echo, echo_metric, echo_tasks
+from whale_dspy.testing.random_adapter import make_random_adapter
 
 
 def servers(args: argparse.Namespace, folder: Path, store: AdapterStore) -> list[VLLMServer]:

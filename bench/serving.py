@@ -40,8 +40,8 @@ from typing import Any
 import httpx
 
 from whale_dspy.backends import default_dtype, embedded_server
-from whale_dspy.cli.smoke import make_random_adapter
 from whale_dspy.records import AdapterRef
+from whale_dspy.testing.random_adapter import make_random_adapter
 
 TOPICS = ("rivers", "bread", "chess", "owls", "glass", "rain", "maps", "bees", "salt", "tea", "ice", "wool")
 

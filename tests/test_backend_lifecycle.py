@@ -187,7 +187,7 @@ class ScriptedHealth:
 
 
 def test_serve_ends_after_consecutive_failed_health_checks_only():
-    from whale_dspy.cli.serve import watch
+    from whale_cli.serve import watch
 
     server = ScriptedHealth([False, True, False, False, False, True])
     reason = watch(server, health_every_s=5, failures=3, sleep=server.sleep)
@@ -195,7 +195,7 @@ def test_serve_ends_after_consecutive_failed_health_checks_only():
 
 
 def test_serve_ends_when_the_server_process_exits():
-    from whale_dspy.cli.serve import watch
+    from whale_cli.serve import watch
 
     server = ScriptedHealth([True] * 10, alive_s=12)
     assert watch(server, health_every_s=5, sleep=server.sleep) == "the server exited"

@@ -9,9 +9,9 @@ import dspy
 import httpx
 import pytest
 
-from whale_dspy.cli.smoke import make_random_adapter
 from whale_dspy.errors import BackendError
 from whale_dspy.records import AdapterRef
+from whale_dspy.testing.random_adapter import make_random_adapter
 
 pytestmark = pytest.mark.integration
 

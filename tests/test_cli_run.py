@@ -16,7 +16,7 @@ from rich.console import Console
 from whale_helpers import scripted_run
 
 from optimizers.checkpoint import engine_events
-from whale_dspy.cli import compare, report, run, transfer
+from whale_cli import compare, report, run, transfer
 from whale_dspy.errors import ConfigError
 from whale_dspy.rundir import RunDir
 
@@ -198,8 +198,8 @@ def test_kill_9_mid_run_then_resume_matches_an_uninterrupted_run(finished, tmp_p
 
 @pytest.mark.parametrize("method", ["whale", "fst"])
 def test_wiring_builds_the_real_phases_with_their_rollout_bounds(tmp_path, method):
+    from whale_cli.wiring import load_data, make_optimizer
     from whale_dspy.backends import RemoteServer
-    from whale_dspy.cli.wiring import load_data, make_optimizer
 
     settings = run.RunSettings(
         domain="math", method=method, budget=100, train_limit=8, search_limit=4, test_limit=2
@@ -227,8 +227,8 @@ def test_the_trainer_takes_one_core_beside_a_shared_server_and_all_beside_its_ow
     """A `--server-url` server may sample for other runs while this one trains."""
     import os
 
+    from whale_cli.wiring import load_data, make_optimizer
     from whale_dspy.backends import RemoteServer, VLLMServer
-    from whale_dspy.cli.wiring import load_data, make_optimizer
 
     settings = run.RunSettings(domain="math", budget=100, train_limit=8, search_limit=4, test_limit=2)
     data = load_data(settings)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from rundir_helpers import written_by_another_process
 
-from whale_dspy.cli.main import main
+from whale_cli.main import main
 from whale_dspy.rundir import WRITER_LOCK
 
 

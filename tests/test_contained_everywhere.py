@@ -231,7 +231,7 @@ def fake_server_url(tmp_path):
 
 
 def test_whale_eval_runs_a_harness_file_contained_unless_trusted(tmp_path, fake_server_url):
-    from whale_dspy.cli.main import main
+    from whale_cli.main import main
 
     url, model = fake_server_url
     harness = tmp_path / "cheat.py"
@@ -250,7 +250,7 @@ def test_whale_eval_runs_a_harness_file_contained_unless_trusted(tmp_path, fake_
 
 def test_a_runs_test_evaluation_contains_its_harness(tmp_path):
     """What `whale transfer` and a study's test evaluate: the run's harness under some weights."""
-    from whale_dspy.cli.wiring import RunSettings, evaluate_on_test, load_data
+    from whale_cli.wiring import RunSettings, evaluate_on_test, load_data
 
     settings = RunSettings(domain="chess", test_limit=2, eval_k=1)
     data = load_data(settings)

@@ -191,7 +191,7 @@ def test_a_paired_gain_pairs_only_shared_tasks_and_says_when_it_is_noise():
 def test_completions_cut_at_their_max_tokens_are_counted_not_warned() -> None:
     import logging
 
-    from whale_dspy.cli.main import drop_truncation_warnings
+    from whale_cli.main import drop_truncation_warnings
     from whale_dspy.evaluation import summarize
     from whale_dspy.records import LMCall
 

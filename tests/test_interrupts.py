@@ -11,9 +11,9 @@ import weakref
 import dspy
 import pytest
 
+from whale_cli import main as cli_main
 from whale_dspy.backends import process
 from whale_dspy.backends.process import ManagedProcess, group_members, kill_all_now
-from whale_dspy.cli import main as cli_main
 from whale_dspy.evaluation import evaluate
 from whale_dspy.harness import HarnessProgram, HarnessSource
 from whale_dspy.testing.scripted_lm import ScriptedLM

@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from whale_dspy.cli.smoke import make_random_adapter
+from whale_dspy.testing.random_adapter import make_random_adapter
 
 pytestmark = pytest.mark.integration
 

@@ -9,7 +9,7 @@ import json
 import pytest
 from rich.console import Console
 
-from whale_dspy.cli import search
+from whale_cli import search
 from whale_dspy.errors import ConfigError
 from whale_dspy.evaluation import InProcessEvaluator
 from whale_dspy.sandbox import SandboxedEvaluator

@@ -20,8 +20,8 @@ import pytest
 from meta_harness_helpers import GOOD, exact, student, tasks
 
 from whale_dspy.backends import AdapterStore, RemoteServer, ReplicaSet, VLLMServer
-from whale_dspy.cli.smoke import make_random_adapter
 from whale_dspy.evaluation import evaluate
+from whale_dspy.testing.random_adapter import make_random_adapter
 
 pytestmark = pytest.mark.integration
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from whale_dspy.cli.main import build_parser, main
-from whale_dspy.cli.train import rft_config_from
+from whale_cli.main import build_parser, main
+from whale_cli.train import rft_config_from
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,7 @@ from optimizers.proposers import MechanismProposer, MutationProposer
 from optimizers.proposers.demos import call_fields, demos_from
 from optimizers.proposers.diagnosis import indicated_edits, symptoms
 from optimizers.proposers.edits import EDITS_BY_NAME, FEW_SHOT_HYPOTHESIS, few_shot
-from whale_dspy.cli.wiring import proposer_lm
+from whale_cli.wiring import proposer_lm
 from whale_dspy.errors import ConfigError
 from whale_dspy.evaluation import evaluate
 from whale_dspy.harness import HarnessProgram, HarnessSource

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from whale_dspy.cli.main import build_parser, main
-from whale_dspy.cli.settings_file import read_settings_file, settings_from_args
-from whale_dspy.cli.wiring import RunSettings
+from whale_cli.main import build_parser, main
+from whale_cli.settings_file import read_settings_file, settings_from_args
+from whale_cli.wiring import RunSettings
 from whale_dspy.errors import ConfigError
 
 
@@ -69,7 +69,7 @@ def test_config_show_checks_names_before_anything_starts(tmp_path: Path, capsys)
 
 
 def test_compare_and_study_take_their_domain_from_the_file(tmp_path: Path) -> None:
-    from whale_dspy.cli import compare, study
+    from whale_cli import compare, study
 
     path = tmp_path / "run.toml"
     path.write_text('domain = "math"\nbudget = 40\nschedule = "fixed:1,1"\n')

@@ -231,8 +231,8 @@ def scripted_run(
     run_dir: Path, *, budget: int = 60, delay: float = 0.0, console: Any = None
 ) -> dict[str, Any]:
     """`whale run`'s CLI path (progress, outputs, resume) on scripted phases: the test entry point."""
-    from whale_dspy.cli.run import execute
-    from whale_dspy.cli.wiring import RunData, RunSettings
+    from whale_cli.run import execute
+    from whale_cli.wiring import RunData, RunSettings
 
     settings = RunSettings(domain="scripted", schedule="fixed:0.6,3", budget=budget, eval_every=20, eval_k=2)
     domain = SimpleNamespace(signature=QA, tools=lambda example: {}, metric=exact_match)

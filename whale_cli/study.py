@@ -20,9 +20,9 @@ from dataclasses import asdict, fields, replace
 from pathlib import Path
 from typing import Any
 
-from whale_dspy.cli.run import served
-from whale_dspy.cli.settings_file import given_settings
-from whale_dspy.cli.wiring import (
+from whale_cli.run import served
+from whale_cli.settings_file import given_settings
+from whale_cli.wiring import (
     DATA_SEED,
     RunData,
     RunSettings,

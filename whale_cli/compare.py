@@ -19,10 +19,10 @@ from pathlib import Path
 
 from rich.console import Console
 
-from whale_dspy.cli.report import print_summary, write_outputs
-from whale_dspy.cli.run import check_same_settings, execute, served
-from whale_dspy.cli.settings_file import given_settings
-from whale_dspy.cli.wiring import (
+from whale_cli.report import print_summary, write_outputs
+from whale_cli.run import check_same_settings, execute, served
+from whale_cli.settings_file import given_settings
+from whale_cli.wiring import (
     SCHEDULE_HELP,
     RunSettings,
     add_run_arguments,

@@ -10,7 +10,7 @@ from typing import Any
 
 import dspy
 
-from whale_dspy.cli.wiring import DOMAIN_HELP
+from whale_cli.wiring import DOMAIN_HELP
 from whale_dspy.evaluation import EvalReport
 from whale_dspy.harness import HarnessProgram, HarnessSource
 from whale_dspy.protocols import SPLITS
@@ -69,8 +69,8 @@ def adapter_context(output_format: str):
 
 def run(args: argparse.Namespace) -> int:
     from domains import get_domain
-    from whale_dspy.cli.run import served
-    from whale_dspy.cli.wiring import backend_for_model
+    from whale_cli.run import served
+    from whale_cli.wiring import backend_for_model
     from whale_dspy.records import AdapterRef
     from whale_dspy.sandbox import ContainedEvaluator
 

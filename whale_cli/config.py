@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from whale_dspy.cli.settings_file import settings_from_args, settings_toml
-from whale_dspy.cli.wiring import add_run_arguments
+from whale_cli.settings_file import settings_from_args, settings_toml
+from whale_cli.wiring import add_run_arguments
 from whale_dspy.errors import ConfigError
 
 

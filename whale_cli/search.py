@@ -24,9 +24,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from whale_cli.eval import add_harness_arguments
+from whale_cli.wiring import DOMAIN_HELP, PROPOSER_HELP, add_agent_arguments, agent_jail, proposer_lm
 from whale_dspy.backends import RemoteServer
-from whale_dspy.cli.eval import add_harness_arguments
-from whale_dspy.cli.wiring import DOMAIN_HELP, PROPOSER_HELP, add_agent_arguments, agent_jail, proposer_lm
 from whale_dspy.evaluation import InProcessEvaluator
 from whale_dspy.harness import HarnessProgram
 from whale_dspy.jsonl import atomic_write_json
@@ -77,7 +77,7 @@ def prepare(args: argparse.Namespace) -> dict[str, Any]:
     from domains import get_domain
     from optimizers.meta_harness import MetaHarnessConfig
     from optimizers.proposers import proposer_from_spec
-    from whale_dspy.cli.eval import resolve_harness
+    from whale_cli.eval import resolve_harness
 
     domain = get_domain(args.domain)
     source = resolve_harness(args.harness, args.domain, trusted=args.trust_harness)
@@ -184,8 +184,8 @@ def gain_line(gain: PairedGain) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from whale_dspy.cli.run import served
-    from whale_dspy.cli.wiring import backend_for_model
+    from whale_cli.run import served
+    from whale_cli.wiring import backend_for_model
     from whale_dspy.rundir import sole_writer
 
     setup = prepare(args)

@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from whale_dspy.cli.eval import add_harness_arguments
-from whale_dspy.cli.wiring import DOMAIN_HELP
+from whale_cli.eval import add_harness_arguments
+from whale_cli.wiring import DOMAIN_HELP
 
 PRESETS = ("cpu", "gpu")
 
@@ -70,9 +70,9 @@ def rft_config_from(args: argparse.Namespace) -> Any:
 def run(args: argparse.Namespace) -> int:
     from domains import get_domain
     from optimizers.rft import RejectionSamplingFinetune
-    from whale_dspy.cli.eval import adapter_context, resolve_harness
-    from whale_dspy.cli.run import served
-    from whale_dspy.cli.wiring import backend_for_model
+    from whale_cli.eval import adapter_context, resolve_harness
+    from whale_cli.run import served
+    from whale_cli.wiring import backend_for_model
     from whale_dspy.harness import HarnessProgram
     from whale_dspy.jsonl import atomic_write_json
     from whale_dspy.models import resolve_model

@@ -18,17 +18,17 @@ from whale_dspy.backends.process import kill_all_now
 from whale_dspy.errors import WhaleError
 
 SUBCOMMANDS = (
-    "whale_dspy.cli.serve",
-    "whale_dspy.cli.smoke",
-    "whale_dspy.cli.eval",
-    "whale_dspy.cli.train",
-    "whale_dspy.cli.search",
-    "whale_dspy.cli.study",
-    "whale_dspy.cli.run",
-    "whale_dspy.cli.compare",
-    "whale_dspy.cli.report",
-    "whale_dspy.cli.transfer",
-    "whale_dspy.cli.config",
+    "whale_cli.serve",
+    "whale_cli.smoke",
+    "whale_cli.eval",
+    "whale_cli.train",
+    "whale_cli.search",
+    "whale_cli.study",
+    "whale_cli.run",
+    "whale_cli.compare",
+    "whale_cli.report",
+    "whale_cli.transfer",
+    "whale_cli.config",
 )
 
 

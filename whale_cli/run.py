@@ -20,9 +20,9 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from whale_dspy.cli.report import print_phases, print_summary, write_outputs
-from whale_dspy.cli.settings_file import given_settings
-from whale_dspy.cli.wiring import (
+from whale_cli.report import print_phases, print_summary, write_outputs
+from whale_cli.settings_file import given_settings
+from whale_cli.wiring import (
     RunData,
     RunSettings,
     add_run_arguments,

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from rich.console import Console
 
-from whale_dspy.cli.run import served
-from whale_dspy.cli.wiring import RunSettings, evaluate_on_test, load_data, make_backend
+from whale_cli.run import served
+from whale_cli.wiring import RunSettings, evaluate_on_test, load_data, make_backend
 from whale_dspy.errors import ConfigError
 from whale_dspy.harness import HarnessSource
 from whale_dspy.jsonl import atomic_write_json
