@@ -19,6 +19,7 @@ import pytest
 from meta_harness_helpers import GOOD, exact, student, tasks
 
 from whale_dspy.backends import AdapterStore, RemoteServer, ReplicaSet, VLLMServer
+from whale_dspy.backends.replicas import split_cores
 from whale_dspy.errors import BackendError, ConfigError
 from whale_dspy.evaluation import evaluate
 from whale_dspy.records import AdapterRef
@@ -214,6 +215,8 @@ def test_the_cli_builds_a_replica_set_from_several_urls_or_several_own_servers(t
     own = make_backend(settings, tmp_path / "run")
     assert [r.server.adapter_store for r in own.replicas] == [(tmp_path / "shared").resolve()] * 2
     assert {r.server.adapter_serving for r in own.replicas} == {"runtime"}
+    cores = [set(r.server.cpu_cores.split(",")) for r in own.replicas]  # this is a CPU build
+    assert cores[0] and cores[1] and not cores[0] & cores[1]
     assert len({r.server.log_path for r in own.replicas}) == 2
 
 
@@ -224,3 +227,10 @@ def test_replicas_refuse_merged_serving_and_a_count_below_one():
         RunSettings(domain="math", replicas=2, adapters="merged")
     with pytest.raises(ConfigError, match="replicas must be >= 1"):
         RunSettings(domain="math", replicas=0)
+
+
+def test_cpu_replicas_get_disjoint_cores_and_no_more_replicas_than_cores():
+    assert split_cores(2, [0, 1]) == ["0", "1"]
+    assert split_cores(2, [4, 0, 1, 2, 3]) == ["0,1,2", "3,4"]
+    with pytest.raises(ConfigError, match="3 CPU replicas need as many cores"):
+        split_cores(3, [0, 1])

@@ -14,9 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from whale_cli.eval import add_harness_arguments
+from whale_cli.presets import PRESET_HELP, PRESETS, get_preset
 from whale_cli.wiring import DOMAIN_HELP
-
-PRESETS = ("cpu", "gpu")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -24,7 +23,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--domain", required=True, help=DOMAIN_HELP)
     parser.add_argument("--model", default="smollm2-135m", help="embedded model name, local folder or hub id")
     add_harness_arguments(parser)
-    parser.add_argument("--preset", choices=PRESETS, default="cpu", help="RFT sizes for a CPU or a GPU")
+    parser.add_argument("--preset", choices=tuple(PRESETS), default="cpu", help=f"RFT sizes ({PRESET_HELP})")
     parser.add_argument("--steps", type=int, default=None, help="RFT steps (default: the preset's)")
     parser.add_argument("--batch-size", dest="batch_size", type=int, default=None, help="tasks per step")
     parser.add_argument("--k", type=int, default=None, help="rollouts per task")
@@ -49,9 +48,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def rft_config_from(args: argparse.Namespace) -> Any:
     """The preset with the flags given on the command line laid over it (validated by RFTConfig)."""
-    from optimizers.rft_config import RFTConfig
-
-    preset = RFTConfig.gpu_2b() if args.preset == "gpu" else RFTConfig.cpu_embedded()
+    preset = get_preset(args.preset).rft_config()
     overrides = {
         name: getattr(args, name)
         for name in ("steps", "batch_size", "k", "max_tokens")

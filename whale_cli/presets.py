@@ -1,0 +1,57 @@
+"""Named phase sizes for one kind of machine: the registry `--preset` reads, its help and its check.
+
+A preset names the weight phase's RFT settings (an `RFTConfig` constructor) and the harness
+phase's sizes (MetaHarnessConfig fields); the run's own settings (seed, tag, device) are laid over
+them. Adding a preset is one entry here. The optimizers are imported only when a preset is used,
+so building the parser stays light.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from whale_dspy.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Preset:
+    """What the preset is for, and how big its phases are."""
+
+    about: str
+    rft_config: Callable[..., Any]
+    """Builds the weight phase's RFTConfig from the run's overrides (seed, run_tag)."""
+    meta_harness: Mapping[str, Any] = field(default_factory=dict)
+    """MetaHarnessConfig fields that size the harness phase."""
+
+    def meta_harness_config(self, **fields: Any) -> Any:
+        from optimizers.meta_harness_config import MetaHarnessConfig
+
+        return MetaHarnessConfig(**{**self.meta_harness, **fields})
+
+
+def _cpu_rft(**overrides: Any) -> Any:
+    from optimizers.rft_config import RFTConfig
+
+    return RFTConfig.cpu_embedded(**overrides)
+
+
+def _gpu_rft(**overrides: Any) -> Any:
+    from optimizers.rft_config import RFTConfig
+
+    return RFTConfig.gpu_2b(**overrides)
+
+
+PRESETS: dict[str, Preset] = {
+    "cpu": Preset("the embedded models on a few CPU cores", _cpu_rft, {"tasks": 8}),
+    "gpu": Preset("a 2B-class model on one GPU", _gpu_rft, {"threads": 64}),
+}
+
+PRESET_HELP = "; ".join(f"{name}: {preset.about}" for name, preset in PRESETS.items())
+
+
+def get_preset(name: str) -> Preset:
+    if name not in PRESETS:
+        raise ConfigError(f"unknown preset {name!r}; valid presets are {', '.join(PRESETS)}")
+    return PRESETS[name]
