@@ -69,7 +69,7 @@ def test_mean_at_k_pass_at_k_and_per_task_scores(program):
 
 
 def test_k_samples_get_distinct_rollout_ids_and_the_trace_is_complete(program, tmp_path):
-    lm = ScriptedLM({"q0?": {"answer": "0"}})
+    lm = ScriptedLM({"q0?": {"answer": "0"}}).copy(temperature=0.7)
     trace_path = tmp_path / "traces.jsonl"
     _, rollouts = evaluate(program, tasks(1), metric=exact, lm=lm, k=3, threads=2, trace_path=trace_path)
     assert len({r.rollout_id for r in rollouts}) == 3
@@ -80,8 +80,15 @@ def test_k_samples_get_distinct_rollout_ids_and_the_trace_is_complete(program, t
     call = first.lm_calls[0]
     assert "q0? | passage for q0?" in json.dumps(call.messages)
     assert "[[ ## answer ## ]]" in call.completion
-    assert call.sampling["temperature"] == 1.0 and call.sampling["rollout_id"] == first.rollout_id
+    assert call.sampling["temperature"] == 0.7  # the LM's own: evaluate has no sampling of its own
+    assert call.sampling["rollout_id"] == first.rollout_id
     assert first.prediction == {"answer": "0"} and first.score == 1.0
+
+
+def test_an_evaluation_may_override_the_lms_sampling(program):
+    lm = ScriptedLM({"q0?": {"answer": "0"}}).copy(temperature=0.7)
+    _, rollouts = evaluate(program, tasks(1), metric=exact, lm=lm, k=1, temperature=0.3, max_tokens=9)
+    assert {"temperature": 0.3, "max_tokens": 9}.items() <= rollouts[0].lm_calls[0].sampling.items()
 
 
 def test_same_namespace_gives_same_rollout_ids_other_namespace_differs(program):

@@ -202,7 +202,8 @@ def search(
     from optimizers.meta_harness import MetaHarness
 
     domain, run_dir = setup["domain"], setup["run_dir"]
-    student = HarnessProgram(setup["source"], domain.signature, domain.tools, lm=backend.lm())
+    lm = backend.lm(temperature=setup["config"].temperature)  # the search's sampling, test included
+    student = HarnessProgram(setup["source"], domain.signature, domain.tools, lm=lm)
     optimizer = MetaHarness(
         proposer=setup["proposer"],
         metric=domain.metric,

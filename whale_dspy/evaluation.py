@@ -92,7 +92,6 @@ def evaluate(
     metric: Metric,
     lm: dspy.BaseLM | None = None,
     k: int = 8,
-    temperature: float = 1.0,
     threads: int = 8,
     namespace: str = "eval",
     trace_path: Path | None = None,
@@ -100,6 +99,9 @@ def evaluate(
     **sampling: Any,
 ) -> tuple[EvalReport, list[Rollout]]:
     """Run k samples of every task; the rollout ids derive from (namespace, task, sample).
+
+    The samples are drawn under the LM's own settings (the run's configuration made it);
+    `sampling` (temperature=..., max_tokens=...) overrides them for this evaluation only.
 
     A HarnessProgram runs here only when its source is vouched for (UntrustedHarness otherwise):
     evaluate model-written code with `whale_dspy.sandbox.ContainedEvaluator`.
@@ -129,7 +131,6 @@ def evaluate(
                     metric=metric,
                     sample=sample,
                     rollout_id=derive_seed(namespace, example.get("task_id"), sample),
-                    temperature=temperature,
                     **sampling,
                 )
             )
