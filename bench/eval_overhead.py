@@ -13,6 +13,12 @@ share of time is 1 - framework/direct in rollouts per second (goal < 10 %).
 The harness's tool (BM25 search on the search domain) runs on the framework
 side only; its time is measured separately and printed, since it is the
 domain's work, not the framework's.
+
+`--tiny` runs the same rounds, replay, tool timing and table on the shipped fake
+vLLM (whale_dspy.testing.fake_vllm: real HTTP, one fixed JSON answer, no model),
+in seconds (CI runs it). It measures the framework's own cost against a server
+that answers at once, so the ratio there says nothing about the goal, which
+needs a real model's latency.
 """
 
 from __future__ import annotations
@@ -27,11 +33,12 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
-RESULTS = Path(__file__).parent / "RESULTS.md"
+if TYPE_CHECKING:
+    from whale_dspy.backends import VLLMServer
 
 
 def response_format_of(signature) -> dict[str, Any]:
@@ -134,7 +141,18 @@ def tool_seconds(domain, tasks: list, k: int) -> float:
     return time.perf_counter() - started
 
 
-def main() -> None:
+def bench_server(args: argparse.Namespace, tmp: Path) -> VLLMServer:
+    """The embedded server of args.model, not started: the shipped fake vLLM with --tiny."""
+    from whale_dspy.backends import embedded_server
+
+    if not args.tiny:
+        return embedded_server(args.model, run_dir=tmp)
+    from whale_dspy.testing import fake_vllm
+
+    return fake_vllm.server(tmp / "fake-model", tmp / "vllm.log")
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--domain", default="search")
@@ -144,13 +162,13 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=1, help="A-B-B-A rounds")
-    args = parser.parse_args()
+    parser.add_argument("--tiny", action="store_true", help="on the shipped fake vLLM, in seconds (CI)")
+    args = parser.parse_args(argv)
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
     from domains import get_domain
     from harness_programs import seed_harness
-    from whale_dspy.backends import embedded_server
     from whale_dspy.harness import HarnessProgram
 
     domain = get_domain(args.domain)
@@ -158,7 +176,7 @@ def main() -> None:
     source = seed_harness(args.harness or args.domain)
     program = HarnessProgram(source, domain.signature, domain.tools)
     sides: dict[str, list[dict[str, float]]] = {"framework": [], "direct": []}
-    with tempfile.TemporaryDirectory() as tmp, embedded_server(args.model, run_dir=Path(tmp)) as server:
+    with tempfile.TemporaryDirectory() as tmp, bench_server(args, Path(tmp)) as server:
         lm = server.lm(max_tokens=args.max_tokens, temperature=0.0)
         warm = framework(program, tasks, domain, lm, args, Path(tmp) / "warmup.jsonl")
         print(f"warm-up: {warm['seconds']:.1f} s, {warm['calls']} calls", flush=True)
@@ -186,9 +204,10 @@ def print_summary(args, sides, warm, tools_s: float, dtype: str, harness: str) -
     seconds = {side: total(side, "seconds") for side in sides}
     median = {side: statistics.median(row["seconds"] for row in sides[side]) for side in sides}
     stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
+    model = "fake vLLM (--tiny)" if args.tiny else args.model
     print(
         f"\n{stamp}, {platform.machine()}, {os.cpu_count()} cores, load average "
-        f"{os.getloadavg()[0]:.1f}, {args.model} ({dtype}), {harness} on {args.tasks} {args.domain} "
+        f"{os.getloadavg()[0]:.1f}, {model} ({dtype}), {harness} on {args.tasks} {args.domain} "
         f"test tasks x k={args.k}, {args.threads} threads, greedy, max_tokens {args.max_tokens}, "
         f"A-B-B-A x {args.rounds}; warm-up mean@k {warm['mean_at_k']:.3f}, parsed {warm['parse_rate']:.0%}\n"
     )

@@ -12,6 +12,11 @@ child's start-up (once per candidate) and the per-call proxying.
 With the scripted LM and no latency the LM costs nothing and the overhead
 looks huge; it is the real server (or a realistic simulated latency) that
 says what isolation costs during a search.
+
+`--tiny` is the scripted LM (with no latency unless --scripted-latency-ms says
+otherwise): the same rounds, sandbox and summary in seconds, no server (CI runs
+it). It measures the sandbox's start-up and proxying against an LM that costs
+nothing, so its overhead is not the figure the goal is about.
 """
 
 from __future__ import annotations
@@ -52,10 +57,11 @@ class Latency(BaseCallback):
 
 
 def make_lm(args: argparse.Namespace, stack: ExitStack) -> tuple[dspy.BaseLM, str]:
-    if args.scripted_latency_ms is not None:
+    if args.tiny or args.scripted_latency_ms is not None:
+        latency_ms = args.scripted_latency_ms or 0.0
         lm = ScriptedLM({"": {"move": "e2e4"}})
-        lm.callbacks = [Latency(args.scripted_latency_ms / 1000)]
-        return lm, f"scripted LM, {args.scripted_latency_ms:g} ms per call"
+        lm.callbacks = [Latency(latency_ms / 1000)]
+        return lm, f"scripted LM, {latency_ms:g} ms per call"
     from whale_dspy.backends import embedded_server
 
     server = embedded_server(run_dir=Path(stack.enter_context(tempfile.TemporaryDirectory())))
@@ -74,7 +80,7 @@ def timed(evaluator: Any, program: Any, tasks: list, domain: ChessDomain, lm: ds
     return time.perf_counter() - started, report, rollouts
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tasks", type=int, default=4)
     parser.add_argument("--k", type=int, default=2)
@@ -82,8 +88,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1, help="A-B-B-A rounds")
     parser.add_argument("--max-tokens", type=int, default=48)
     parser.add_argument("--scripted-latency-ms", type=float, default=None)
+    parser.add_argument("--tiny", action="store_true", help="the scripted LM, no server, in seconds (CI)")
     parser.add_argument("--append", action="store_true", help=f"append the result to {RESULTS}")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
 
     domain = ChessDomain()

@@ -7,6 +7,11 @@ model. Prints parse rate, mean@k with its CI, completion tokens per rollout and
 rollouts per second as a Markdown table.
 
     python bench/model_choice.py --models smollm2-135m qwen2.5-coder-0.5b --limit 10 --k 2
+
+`--tiny` serves each name in --models with the shipped fake vLLM instead
+(whale_dspy.testing.fake_vllm: real HTTP and json_schema requests, one fixed
+JSON answer, no model) and fills the same table in seconds (CI runs it). Its
+parse rates and scores are the fake's, so they say nothing about a model.
 """
 
 from __future__ import annotations
@@ -26,17 +31,25 @@ import dspy  # noqa: E402
 
 from domains import get_domain  # noqa: E402
 from harness_programs import seed_harness  # noqa: E402
-from whale_dspy.backends import embedded_server  # noqa: E402
+from whale_dspy.backends import VLLMServer, embedded_server  # noqa: E402
 from whale_dspy.evaluation import evaluate  # noqa: E402
 from whale_dspy.harness import HarnessProgram  # noqa: E402
+from whale_dspy.testing import fake_vllm  # noqa: E402
 
 FORMATS = {"chat": dspy.ChatAdapter, "json": dspy.JSONAdapter}
 
 
+def server_for(model: str, args: argparse.Namespace, out: Path) -> VLLMServer:
+    """The model's embedded server logging to out/model, not started: the shipped fake vLLM with --tiny."""
+    if not args.tiny:
+        return embedded_server(model, run_dir=out / model)
+    return fake_vllm.server(out / model / "fake-model", out / model / "vllm.log")
+
+
 def measure(model: str, domains: list[str], args: argparse.Namespace, out: Path) -> list[str]:
     rows = []
-    with embedded_server(model, run_dir=out / model) as server:
-        lm = server.lm(max_tokens=args.max_tokens)
+    with server_for(model, args, out) as server:
+        lm = server.lm(max_tokens=args.max_tokens, temperature=1.0)  # sampled, as every run samples
         for name in domains:
             domain = get_domain(name)
             source = seed_harness(name)
@@ -60,7 +73,7 @@ def measure(model: str, domains: list[str], args: argparse.Namespace, out: Path)
     return rows
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=["smollm2-135m", "qwen2.5-coder-0.5b"])
     parser.add_argument("--domains", nargs="+", default=["math", "search", "chess"])
@@ -68,9 +81,12 @@ def main() -> int:
     parser.add_argument("--k", type=int, default=2)
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--max-tokens", type=int, default=256)
-    args = parser.parse_args()
-    out = Path(tempfile.mkdtemp(prefix="whale-model-choice-"))
-    print(f"# {time.strftime('%Y-%m-%d %H:%M')} limit={args.limit} k={args.k} traces in {out}")
+    parser.add_argument("--out", type=Path, default=None, help="traces and logs (default: a new temp folder)")
+    parser.add_argument("--tiny", action="store_true", help="each model on the shipped fake vLLM (CI)")
+    args = parser.parse_args(argv)
+    out = args.out or Path(tempfile.mkdtemp(prefix="whale-model-choice-"))
+    served = " on the shipped fake vLLM (--tiny)" if args.tiny else ""
+    print(f"# {time.strftime('%Y-%m-%d %H:%M')} limit={args.limit} k={args.k}{served} traces in {out}")
     print("| model | domain | output | parsed | mean@k [95% CI] | tokens/rollout | rollouts/s |")
     print("|---|---|---|---|---|---|---|")
     for model in args.models:

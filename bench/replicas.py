@@ -44,20 +44,15 @@ from whale_dspy.testing.random_adapter import make_random_adapter
 def servers(args: argparse.Namespace, folder: Path, store: AdapterStore) -> list[VLLMServer]:
     """A's lone server and B's two replicas (fake vLLMs with --tiny), not started."""
     options: dict[str, Any] = {"kv_cache_gib": 1.0, "max_loras": 2}
-    if args.tiny:
-        model = folder / "model"
-        model.mkdir()
-        model_name, options["command"] = str(model), fake_vllm.command(delay=0.01)
-    else:
-        model_name = args.model
-    lone = VLLMServer(model_name, log_path=folder / "lone.log", **options)
+
+    def make(log: str, **more: Any) -> VLLMServer:
+        if args.tiny:
+            return fake_vllm.server(folder / "model", folder / log, delay=0.01, **options, **more)
+        return VLLMServer(args.model, log_path=folder / log, **options, **more)
+
+    lone = make("lone.log")
     cores = split_cores(2) if lone.cpu_build and not args.tiny else [None, None]
-    pair = [
-        VLLMServer(
-            model_name, log_path=folder / f"replica-{i}.log", adapter_store=store.root, cpu_cores=c, **options
-        )
-        for i, c in enumerate(cores)
-    ]
+    pair = [make(f"replica-{i}.log", adapter_store=store.root, cpu_cores=c) for i, c in enumerate(cores)]
     return [lone, *pair]
 
 
@@ -73,10 +68,10 @@ def rollouts_per_second(replicas: ReplicaSet, args: argparse.Namespace, tag: str
     program = HarnessProgram(PLAIN_PREDICT, Echo)
     tasks = echo_tasks(WORDS[: args.tasks])
     started = time.perf_counter()
+    lm = replicas.lm(max_tokens=args.max_tokens, temperature=1.0)
     _, rollouts = evaluate(
-        program, tasks, metric=echo_metric, lm=replicas.lm(max_tokens=args.max_tokens), k=args.k,
-        threads=args.threads, namespace=f"bench-{tag}",
-    )  # fmt: skip
+        program, tasks, metric=echo_metric, lm=lm, k=args.k, threads=args.threads, namespace=f"bench-{tag}"
+    )
     return len(rollouts) / (time.perf_counter() - started)
 
 

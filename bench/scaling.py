@@ -11,6 +11,11 @@ HTTP and the server; a callback on the LM), tool calls (the search tool,
 wrapped and timed) and the rest (harness build, DSPy formatting and parsing,
 metric, tracing: the framework).
 
+`--tiny` runs both sweeps, the timers and the table on the shipped fake vLLM
+(whale_dspy.testing.fake_vllm: real HTTP, one fixed JSON answer, no model) in
+seconds (CI runs it). Its LM time is a server that answers at once, so the
+split says where the framework's own time goes, not how a real model scales.
+
     python bench/scaling.py [--levels 1 4 16 64] [--task-counts 2 4 8 16] [--threads 8] [--max-tokens 24]
 """
 
@@ -25,9 +30,12 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dspy.utils.callback import BaseCallback
+
+if TYPE_CHECKING:
+    from whale_dspy.backends import VLLMServer
 
 
 class LMTimer(BaseCallback):
@@ -105,7 +113,18 @@ def measure(program, tasks, domain, lm, lm_timer: LMTimer, tool_timer: ToolTimer
     }
 
 
-def main() -> None:
+def bench_server(args: argparse.Namespace, tmp: Path) -> VLLMServer:
+    """The embedded server of args.model, not started: the shipped fake vLLM with --tiny."""
+    from whale_dspy.backends import embedded_server
+
+    if not args.tiny:
+        return embedded_server(args.model, run_dir=tmp)
+    from whale_dspy.testing import fake_vllm
+
+    return fake_vllm.server(tmp / "fake-model", tmp / "vllm.log")
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--domain", default="search")
@@ -117,13 +136,13 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=8, help="concurrency of the tasks sweep")
     parser.add_argument("--k", type=int, default=2)
     parser.add_argument("--max-tokens", type=int, default=24)
-    args = parser.parse_args()
+    parser.add_argument("--tiny", action="store_true", help="on the shipped fake vLLM, in seconds (CI)")
+    args = parser.parse_args(argv)
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
     from domains import get_domain
     from harness_programs import seed_harness
-    from whale_dspy.backends import embedded_server
     from whale_dspy.harness import HarnessProgram
 
     domain = get_domain(args.domain)
@@ -140,7 +159,7 @@ def main() -> None:
         return [next(pool) for _ in range(count)]
 
     rows: list[tuple[str, dict[str, Any]]] = []
-    with tempfile.TemporaryDirectory() as tmp, embedded_server(args.model, run_dir=Path(tmp)) as server:
+    with tempfile.TemporaryDirectory() as tmp, bench_server(args, Path(tmp)) as server:
         lm = server.lm(max_tokens=args.max_tokens, temperature=0.0)
         lm.callbacks = [lm_timer]
         run(take(2), 2, 1)  # warm-up
@@ -154,9 +173,10 @@ def main() -> None:
             print_row(*rows[-1])
         dtype = server.dtype
     stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
+    model = "fake vLLM (--tiny)" if args.tiny else args.model
     print(
         f"\n{stamp}, {platform.machine()}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}, "
-        f"{args.model} ({dtype}), {source.name} on {args.domain} test tasks x k={args.k}, greedy, "
+        f"{model} ({dtype}), {source.name} on {args.domain} test tasks x k={args.k}, greedy, "
         f"max_tokens {args.max_tokens}\n"
     )
     print("| sweep | threads | tasks | rollouts | LM calls | wall s | rollouts/s | tok/s | s/rollout | "

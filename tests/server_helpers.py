@@ -12,6 +12,10 @@ from whale_dspy.testing import fake_vllm
 
 def fake_server(tmp_path: Path, code: str | None = None, **options) -> VLLMServer:
     """A VLLMServer whose command is a Python snippet (or the fake vLLM), serving a dummy local model."""
-    command = [sys.executable, "-c", code] if code else fake_vllm.command(tmp_path / "requests.jsonl")
+    if not code:
+        return fake_vllm.server(
+            tmp_path / "model", tmp_path / "server.log", record=tmp_path / "requests.jsonl", **options
+        )
     (tmp_path / "model").mkdir(exist_ok=True)
+    command = [sys.executable, "-c", code]
     return VLLMServer(str(tmp_path / "model"), log_path=tmp_path / "server.log", command=command, **options)

@@ -30,12 +30,12 @@ def replica(folder: Path, *, port: int | None = None, delay: float = 0.0) -> VLL
     """A fake vLLM recording its requests to folder/requests.jsonl (appended across restarts), serving
     the model folder its siblings serve too."""
     folder.mkdir(parents=True, exist_ok=True)
-    model = folder.parent / "model"
-    model.mkdir(exist_ok=True)
-    return VLLMServer(
-        str(model),
-        log_path=folder / "server.log",
-        command=fake_vllm.command(folder / "requests.jsonl", delay),
+    record = folder / "requests.jsonl"
+    return fake_vllm.server(
+        folder.parent / "model",
+        folder / "server.log",
+        record=record,
+        delay=delay,
         port=port,
         startup_timeout_s=60,
     )

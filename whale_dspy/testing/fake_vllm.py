@@ -18,6 +18,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 ANSWER = '{"answer": "4"}'
 
@@ -25,6 +26,17 @@ ANSWER = '{"answer": "4"}'
 def command(record: Path | None = None, delay: float = 0.0) -> list[str]:
     """The fake's command line for `VLLMServer(command=...)` (which appends vLLM's flags)."""
     return [sys.executable, __file__, *(["--record", str(record)] if record else []), "--delay", str(delay)]
+
+
+def server(
+    model_dir: Path, log_path: Path, *, record: Path | None = None, delay: float = 0.0, **options: Any
+) -> Any:
+    """A `VLLMServer` (not started) running this fake on `model_dir`, an empty folder made here that
+    stands for the model (servers of one model share it)."""
+    from whale_dspy.backends import VLLMServer
+
+    Path(model_dir).mkdir(parents=True, exist_ok=True)
+    return VLLMServer(str(model_dir), log_path=log_path, command=command(record, delay), **options)
 
 
 def main() -> None:
