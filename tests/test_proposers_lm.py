@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import itertools
+import os
+import signal
 
 import pytest
 from meta_harness_helpers import GOOD, TOY, archive_with, exact, lm, source, student, tasks
@@ -136,6 +138,26 @@ def test_command_proposer_works_in_a_copy_and_collects_new_files(archive):
     assert "unsure" in proposed[0].code and (archive.path / "c0000" / "harness.py").exists()
 
 
+def test_an_interrupted_search_takes_the_command_proposers_agent_down_with_it(archive, tmp_path):
+    """The agent runs in a session of its own, out of reach of the terminal's Ctrl-C."""
+    pid_file = tmp_path / "agent.pid"
+    proposer = CommandProposer(f"echo $$ > {pid_file} && exec sleep 60", jail=None)
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 1.0)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            proposer.propose(archive, 1)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(pid_file.read_text()), 0)
+
+
 def test_command_proposer_tokens_are_what_the_agent_reported_or_unknown(archive):
     silent = CommandProposer("true")
     silent.propose(archive, 1)
@@ -166,8 +188,8 @@ def test_unknown_proposer_tokens_stay_unknown_in_the_search_and_the_run(archive,
     signals = [signal for signal, _ in itertools.islice(optimizer.iterations(student(), tasks(2)), 2)]
     assert [s.proposer_tokens for s in signals] == [0, None]  # h0 costs no proposing; the agent's is unknown
     spend = Spend()
-    for signal in signals:
-        spend = spend.add_harness(signal, signal.rollouts)
+    for step in signals:
+        spend = spend.add_harness(step, step.rollouts)
     assert spend.proposer_tokens is None
 
 

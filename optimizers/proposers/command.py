@@ -124,6 +124,10 @@ class CommandProposer:
             self.meter.called(reported_tokens(output))
             self._fail(f"timed out after {self.timeout_s:g} s", output)
             return
+        except BaseException:  # Ctrl-C or SIGTERM: the agent's own session must not outlive the run
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+            raise
         self.meter.called(reported_tokens(output))
         if process.returncode != 0:
             self._fail(f"exited with status {process.returncode}", output)
