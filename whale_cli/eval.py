@@ -10,6 +10,7 @@ from typing import Any
 
 import dspy
 
+from whale_cli.presets import PRESET_HELP, PRESETS, get_preset
 from whale_cli.wiring import DOMAIN_HELP
 from whale_dspy.evaluation import EvalReport
 from whale_dspy.harness import HarnessProgram, HarnessSource
@@ -27,8 +28,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--split", default="test", choices=SPLITS)
     parser.add_argument("--limit", type=int, default=20, help="tasks to evaluate (default 20)")
     parser.add_argument("--k", type=int, default=8, help="samples per task (default 8)")
-    parser.add_argument("--temperature", type=float, default=1.0)
-    parser.add_argument("--max-tokens", type=int, default=256)
+    parser.add_argument(
+        "--preset", choices=tuple(PRESETS), default="cpu",
+        help=f"whose sampling to evaluate under, as a run with it does ({PRESET_HELP})",
+    )  # fmt: skip
+    parser.add_argument("--temperature", type=float, default=None, help="default: the preset's")
+    parser.add_argument(
+        "--max-tokens", dest="max_tokens", type=int, default=None, help="default: the preset's"
+    )
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--model", default="smollm2-135m", help="embedded model name, local folder or hub id")
     parser.add_argument("--server-url", default=None, help="use a running server instead of starting one")
@@ -63,6 +70,15 @@ def resolve_harness(name_or_file: str | None, domain: str, *, trusted: bool = Fa
     return seed_harness(name_or_file or domain)
 
 
+def eval_sampling(args: argparse.Namespace) -> dict[str, Any]:
+    """The preset's sampling with the flags given laid over it."""
+    given = {"temperature": args.temperature, "max_tokens": args.max_tokens}
+    return {
+        **get_preset(args.preset).sampling(),
+        **{key: value for key, value in given.items() if value is not None},
+    }
+
+
 def adapter_context(output_format: str):
     return dspy.context(adapter=dspy.JSONAdapter()) if output_format == "json" else contextlib.nullcontext()
 
@@ -88,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
             # The served base (a resolved folder), not the model's short name: load_adapter checks it.
             base = backend.base_model or args.model
             backend.load_adapter(AdapterRef(adapter_name, str(Path(args.adapter).resolve()), base))
-        lm = backend.lm(adapter=adapter_name, max_tokens=args.max_tokens)
+        lm = backend.lm(adapter=adapter_name, **eval_sampling(args))
         program = HarnessProgram(source, domain.signature, domain.tools, lm=lm, adapter_name=adapter_name)
         with adapter_context(args.output_format), _progress(len(examples) * args.k) as advance:
             report, _ = ContainedEvaluator.for_long_evaluations(args.threads).evaluate(
@@ -100,7 +116,6 @@ def run(args: argparse.Namespace) -> int:
                 namespace=f"eval-{args.split}",
                 trace_path=out / "traces.jsonl",
                 on_rollout=lambda rollout: advance(),
-                temperature=args.temperature,
             )
     _write_and_print(report, out, args, source, model_served, serving)
     return 0

@@ -25,6 +25,12 @@ class Preset:
     meta_harness: Mapping[str, Any] = field(default_factory=dict)
     """MetaHarnessConfig fields that size the harness phase."""
 
+    def sampling(self) -> dict[str, Any]:
+        """LM request settings of every program a run binds and evaluates: the weight phase's, so
+        that checkpoints from either phase (and `whale eval` of them) share one completion budget."""
+        rft = self.rft_config()
+        return {"temperature": rft.temperature, "max_tokens": rft.max_tokens}
+
     def meta_harness_config(self, **fields: Any) -> Any:
         from optimizers.meta_harness_config import MetaHarnessConfig
 

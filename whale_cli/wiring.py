@@ -104,10 +104,8 @@ class RunSettings:
 
     @property
     def sampling(self) -> dict[str, Any]:
-        """LM request settings of every program the run binds and evaluates: the weight phase's, so
-        that checkpoints from either phase are measured under the same completion budget."""
-        rft = self.rft_config()
-        return {"temperature": rft.temperature, "max_tokens": rft.max_tokens}
+        """The preset's sampling (`Preset.sampling`): every program the run binds and evaluates."""
+        return get_preset(self.preset).sampling()
 
     @classmethod
     def from_run(cls, run_dir: Path) -> RunSettings:
