@@ -28,7 +28,7 @@ INDEX_VERSION = "bm25s-title-text-en-v1"
 
 MAX_K = 20
 
-_indexes: dict[Path, PassageIndex] = {}
+_indexes: dict[tuple[Path, Path], PassageIndex] = {}
 _indexes_lock = threading.Lock()
 
 
@@ -91,11 +91,13 @@ def _checked(corpus_path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
 
 
 def get_index(corpus_path: Path) -> PassageIndex:
-    """The process-wide index of a corpus file (built or loaded on first use)."""
+    """The process-wide index of a corpus file (built or loaded on first use), one per cache folder:
+    a process that changes $WHALE_CACHE_DIR gets the index written there too."""
+    key = (corpus_path, cache_dir())
     with _indexes_lock:
-        if corpus_path not in _indexes:
-            _indexes[corpus_path] = PassageIndex(corpus_path)
-        return _indexes[corpus_path]
+        if key not in _indexes:
+            _indexes[key] = PassageIndex(corpus_path)
+        return _indexes[key]
 
 
 def make_search_tool(corpus_path: Path) -> Callable[..., str]:
