@@ -32,7 +32,7 @@ from typing import Any
 import httpx
 
 from whale_dspy.backends import AdapterStore, RemoteServer, ReplicaSet, VLLMServer
-from whale_dspy.backends.replicas import split_cores
+from whale_dspy.backends.vllm_server import split_cores
 from whale_dspy.evaluation import evaluate
 from whale_dspy.harness import HarnessProgram
 from whale_dspy.records import AdapterRef

@@ -7,6 +7,7 @@ replica "dies" by SIGKILL of its process and "restarts" as a new fake at the sam
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -15,11 +16,13 @@ import threading
 import time
 from pathlib import Path
 
+import httpx
 import pytest
+from dspy.utils.exceptions import LMProviderError
 from meta_harness_helpers import GOOD, exact, student, tasks
 
 from whale_dspy.backends import AdapterStore, RemoteServer, ReplicaSet, VLLMServer
-from whale_dspy.backends.replicas import split_cores
+from whale_dspy.backends.vllm_server import split_cores
 from whale_dspy.errors import BackendError, ConfigError
 from whale_dspy.evaluation import evaluate
 from whale_dspy.records import AdapterRef
@@ -113,6 +116,7 @@ def test_one_evaluation_is_spread_over_both_replicas(fleet):
     served = [completions(folder) for folder in fleet.folders]
     assert min(served) >= 6, served  # least-busy routing: neither replica sits idle
     assert sum(row["answered"] for row in fleet.set.stats()) == sum(served)
+    assert [replica.in_flight for replica in fleet.set.replicas] == [0, 0]
 
 
 def test_an_adapter_is_on_every_replica_before_a_request_names_it(fleet, tmp_path):
@@ -234,3 +238,45 @@ def test_cpu_replicas_get_disjoint_cores_and_no_more_replicas_than_cores():
     assert split_cores(2, [4, 0, 1, 2, 3]) == ["0,1,2", "3,4"]
     with pytest.raises(ConfigError, match="3 CPU replicas need as many cores"):
         split_cores(3, [0, 1])
+
+
+def test_a_call_every_replica_fails_ends_after_a_bounded_number_of_sends(fleet):
+    """Completions answer 500 while /health is fine: the probe keeps reviving the replicas, so
+    only the bound ends the call, and its server error voids the rollout (never a zero)."""
+    for server in fleet.servers:
+        httpx.post(f"{server.url}/fake/fail_completions", json={})
+    started = time.monotonic()
+    with pytest.raises(BackendError, match="inference server failed"):
+        evaluate(student(GOOD), tasks(1), metric=exact, lm=fleet.set.lm(), k=1, threads=1)
+    assert sum(completions(folder) for folder in fleet.folders) <= 2 * 2 + 1
+    assert time.monotonic() - started < 10
+    assert [replica.in_flight for replica in fleet.set.replicas] == [0, 0]
+
+
+def test_a_rejected_request_is_the_harness_failure_and_no_replica_goes_down(fleet):
+    with pytest.raises(LMProviderError):
+        fleet.set.lm()("REJECT this prompt")
+    assert sum(completions(folder) for folder in fleet.folders) == 1  # not sent again elsewhere
+    assert all(row["up"] and row["failures"] == 0 for row in fleet.set.stats())
+
+
+def test_the_async_path_fails_over_too(fleet):
+    kill(fleet.servers[0])
+    lm = fleet.set.lm()
+
+    async def four() -> list:
+        return await asyncio.gather(*(lm.acall(f"hi {i}") for i in range(4)))
+
+    answers = asyncio.run(four())
+    assert len(answers) == 4 and completions(fleet.folders[1]) == 4
+    assert [replica.in_flight for replica in fleet.set.replicas] == [0, 0]
+
+
+def test_a_republished_adapter_is_the_stored_one_and_a_different_one_is_refused(tmp_path):
+    store = AdapterStore(tmp_path / "store")
+    ref = adapter(tmp_path, "policy-r00-s0001", "base")
+    stored = store.publish(ref)
+    assert store.publish(ref) == stored  # a resumed run loads it again: same files, same place
+    (Path(ref.path) / "adapter_config.json").write_text("{}")
+    with pytest.raises(BackendError, match="names are never reused"):
+        store.publish(ref)

@@ -250,11 +250,12 @@ def backend_for_model(
     """Running servers at `server_url` (several, comma-separated: a replica set) serving `model`, or
     the run's own (`replicas` of them), not started yet."""
     from whale_dspy.backends import AdapterStore, RemoteServer, ReplicaSet, embedded_server
-    from whale_dspy.backends.replicas import split_cores
-    from whale_dspy.backends.vllm_server import cpu_build
+    from whale_dspy.backends.vllm_server import cpu_build, split_cores
     from whale_dspy.models import resolve_model
 
     urls = [url.strip() for url in (server_url or "").split(",") if url.strip()]
+    if urls and replicas > 1:
+        raise ConfigError("--replicas starts the run's own servers: give it or --server-url, not both")
     if urls and adapters == "merged":
         raise ConfigError(
             "--adapters merged needs the run's own server: a shared --server-url serves runtime LoRA"

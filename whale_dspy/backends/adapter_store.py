@@ -10,6 +10,7 @@ plug-in point (a resolver that downloads `<name>/` on first use), the publish st
 from __future__ import annotations
 
 import dataclasses
+import filecmp
 import logging
 import os
 import shutil
@@ -22,6 +23,14 @@ from whale_dspy.records import AdapterRef
 logger = logging.getLogger(__name__)
 
 
+def _same_files(a: Path, b: Path) -> bool:
+    """Whether two adapter folders hold the same files, byte for byte."""
+    names = sorted(path.relative_to(a) for path in a.rglob("*") if path.is_file())
+    if names != sorted(path.relative_to(b) for path in b.rglob("*") if path.is_file()):
+        return False
+    return all(filecmp.cmp(a / name, b / name, shallow=False) for name in names)
+
+
 class AdapterStore:
     """A folder of published adapters; a name, once published, is never rewritten."""
 
@@ -30,7 +39,8 @@ class AdapterStore:
         self.root.mkdir(parents=True, exist_ok=True)
 
     def publish(self, ref: AdapterRef) -> AdapterRef:
-        """Copy the adapter to `root/<name>/` (a no-op when it lives there) and return it as stored.
+        """Copy the adapter to `root/<name>/` (a no-op when it lives there, or was published with the
+        same files) and return it as stored.
 
         The copy is made beside its final place and renamed in, so a replica's resolver never
         reads a half-written adapter."""
@@ -39,9 +49,9 @@ class AdapterStore:
         if source == target:
             return ref
         if target.exists():
-            raise BackendError(
-                f"adapter {ref.name!r} is already published in {self.root}: names are never reused"
-            )
+            if _same_files(source, target):  # published before: a resumed run serving it again
+                return dataclasses.replace(ref, path=str(target))
+            raise BackendError(f"adapter {ref.name!r} is already in {self.root}: names are never reused")
         if not (source / "adapter_config.json").is_file():
             raise BackendError(f"adapter {ref.name!r}: {source} is not a PEFT adapter directory")
         staging = Path(tempfile.mkdtemp(prefix=f".{ref.name}-", dir=self.root))

