@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import re
-from pathlib import Path
 
-BENCH = Path(__file__).resolve().parents[1] / "bench" / "eval_overhead.py"
+from bench_helpers import load_bench
+
 NUMBER = r"\d+\.\d+"
 
 
 def test_the_tiny_overhead_benchmark_replays_the_framework_calls_and_prints_the_ratio(capsys) -> None:
-    spec = importlib.util.spec_from_file_location("eval_overhead_bench", BENCH)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_bench("eval_overhead")
     bench.main(["--tiny", "--tasks", "2", "--k", "2", "--threads", "2"])
     out = capsys.readouterr().out
     assert "| side | rounds | seconds (total) |" in out

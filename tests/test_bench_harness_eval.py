@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import re
-from pathlib import Path
 
-BENCH = Path(__file__).resolve().parents[1] / "bench" / "harness_eval.py"
+from bench_helpers import load_bench
+
 NUMBER = r"\d+\.\d+"
 
 
 def test_the_tiny_isolation_benchmark_alternates_both_evaluators_and_splits_the_overhead(capsys) -> None:
-    spec = importlib.util.spec_from_file_location("harness_eval_bench", BENCH)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_bench("harness_eval")
     bench.main(["--tiny", "--tasks", "2", "--k", "1", "--threads", "2"])
     out = capsys.readouterr().out
     line = rf"^ *(in-process|sandboxed): +{NUMBER} s total, +{NUMBER} s rollouts, (\d+) LM calls$"

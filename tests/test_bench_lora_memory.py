@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import re
-from pathlib import Path
 
 import pytest
+from bench_helpers import load_bench
 
-BENCH = Path(__file__).resolve().parents[1] / "bench" / "lora_memory.py"
 NUMBER = r"\d+\.\d+"
 
 
 def test_the_tiny_lora_memory_benchmark_measures_each_variant_and_prints_the_ratios(capsys) -> None:
-    spec = importlib.util.spec_from_file_location("lora_memory_bench", BENCH)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_bench("lora_memory")
     bench.main(["--tiny", "--length", "64", "--completion", "8"])
     out = capsys.readouterr().out
     assert "batch 2 x 64 tokens, 8 trained per row" in out  # --tiny's batch, the lengths given

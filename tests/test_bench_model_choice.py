@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parents[1] / "bench" / "model_choice.py"
+from bench_helpers import load_bench
+
 NUMBER = r"\d+\.\d+"
 
 
 def test_the_tiny_model_choice_benchmark_fills_the_table_for_each_model_domain_and_format(
     tmp_path, capsys
 ) -> None:
-    spec = importlib.util.spec_from_file_location("model_choice_bench", BENCH)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_bench("model_choice")
     argv = ["--tiny", "--models", "m1", "m2", "--domains", "math", "chess", "--limit", "2", "--k", "2"]
     assert bench.main([*argv, "--threads", "2", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out

@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import re
-from pathlib import Path
 
-BENCH = Path(__file__).resolve().parents[1] / "bench" / "replicas.py"
+from bench_helpers import load_bench
 
 
 def test_the_tiny_replica_benchmark_measures_one_against_two_replicas_and_the_adapter_load(capsys) -> None:
-    spec = importlib.util.spec_from_file_location("replicas_bench", BENCH)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_bench("replicas")
     bench.main(["--tiny", "--tasks", "4", "--k", "2", "--threads", "4"])
     out = capsys.readouterr().out
     assert "| 1 (A) |" in out and "| 2 (B) |" in out and "B/A " in out

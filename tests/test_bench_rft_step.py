@@ -2,21 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
-BENCH = Path(__file__).resolve().parents[1] / "bench" / "rft_step.py"
-
-
-def load_bench():
-    spec = importlib.util.spec_from_file_location("rft_step_bench", BENCH)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    return bench
+from bench_helpers import load_bench
 
 
 def test_the_tiny_rft_step_benchmark_runs_both_modes_on_the_same_samples(tmp_path, capsys):
-    bench = load_bench()
+    bench = load_bench("rft_step")
     assert bench.main(["--tiny", "--run-dir", str(tmp_path), "--repeats", "2"]) == 0
     out = capsys.readouterr().out
     assert out.count("[in-process] RFT step") == 2 and out.count("[sandboxed] RFT step") == 2
@@ -26,7 +16,7 @@ def test_the_tiny_rft_step_benchmark_runs_both_modes_on_the_same_samples(tmp_pat
 
 
 def test_the_tiny_benchmark_compares_the_before_and_after_servers_on_the_same_samples(tmp_path, capsys):
-    bench = load_bench()
+    bench = load_bench("rft_step")
     assert bench.main(["--tiny", "--run-dir", str(tmp_path), "--compare", "servers"]) == 0
     out = capsys.readouterr().out
     assert out.count("[before] RFT step") == 1 and out.count("[after] RFT step") == 1

@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import re
-from pathlib import Path
 
-BENCH = Path(__file__).resolve().parents[1] / "bench" / "scaling.py"
+from bench_helpers import load_bench
+
 NUMBER = r"-?\d+\.\d+"
 
 
 def test_the_tiny_scaling_benchmark_sweeps_concurrency_and_tasks_and_splits_the_time(capsys) -> None:
-    spec = importlib.util.spec_from_file_location("scaling_bench", BENCH)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_bench("scaling")
     sweeps = ["--levels", "1", "4", "--min-rollouts", "4", "--task-counts", "1", "3"]
     bench.main(["--tiny", *sweeps, "--threads", "2"])
     out = capsys.readouterr().out

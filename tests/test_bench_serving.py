@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
-BENCH = Path(__file__).resolve().parents[1] / "bench" / "serving.py"
+from bench_helpers import load_bench
 
 
 def test_the_tiny_serving_benchmark_compares_before_and_after_for_the_base_and_an_adapter(capsys) -> None:
-    spec = importlib.util.spec_from_file_location("serving_bench", BENCH)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_bench("serving")
     bench.main(["--tiny", "--levels", "1", "3"])
     out = capsys.readouterr().out
     for served in ("base", "bench-r00"):
