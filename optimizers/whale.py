@@ -66,6 +66,11 @@ class _Data:
     eval_split: str
 
 
+CHECKPOINT_SAMPLING = {"temperature": 1.0}
+"""What a checkpoint's mean@k is sampled under when the run's `sampling` does not say: k samples
+of one task must differ (a served LM's own default is greedy)."""
+
+
 class WhaleOptimizer(Teleprompter):
     """Joint harness-weight optimization; `compile` returns the final program with `.report`."""
 
@@ -309,6 +314,7 @@ class WhaleOptimizer(Teleprompter):
             k=self.eval_k,
             namespace=namespace,
             trace_path=trace,
+            **{**CHECKPOINT_SAMPLING, **self.sampling},
         )
         return dict(
             mean_at_k=result.mean_at_k,

@@ -68,7 +68,7 @@ def test_the_same_rollout_ids_redraw_the_same_samples_at_temperature_one(
     code = "import dspy\ndef build(signature, tools):\n    return dspy.Predict(signature)\n"
     program = HarnessProgram(HarnessSource("direct", code).vouched(), dspy.Signature("question -> answer"))
     task = dspy.Example(task_id="t0", question=QUESTION, answer="red").with_inputs("question")
-    lm = request.getfixturevalue(server_fixture).lm(max_tokens=48)
+    lm = request.getfixturevalue(server_fixture).lm(max_tokens=48, temperature=1.0)
 
     def completions(namespace: str) -> list[str]:
         # One request at a time: bf16 numerics follow the batch's shape, and under a loaded CPU the

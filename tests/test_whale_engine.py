@@ -136,13 +136,14 @@ def test_every_checkpoint_is_evaluated_under_the_runs_sampling_whichever_phase_b
     )
     report = compile_run(opt, server).report
     traces = sorted((tmp_path / "run" / "evals").glob("test-*.jsonl"))
-    budgets = {
-        call["sampling"]["max_tokens"]
+    calls = [
+        call["sampling"]
         for trace in traces
         for line in trace.read_text().splitlines()
         for call in json.loads(line)["lm_calls"]
-    }
-    assert len(traces) == len(report.curve) > 2 and budgets == {77}
+    ]
+    assert len(traces) == len(report.curve) > 2 and {call["max_tokens"] for call in calls} == {77}
+    assert {call["temperature"] for call in calls} == {1.0}  # CHECKPOINT_SAMPLING, where the run names none
     assert {point.adapter for point in report.curve} - {None}  # adapter-bound checkpoints among them
     assert weight.seen and set(weight.seen) == {77}  # and every phase is handed a program under it
     assert RunDir(tmp_path / "run").config()["sampling"] == {"max_tokens": 77}  # a resume must match
