@@ -280,3 +280,25 @@ def test_a_republished_adapter_is_the_stored_one_and_a_different_one_is_refused(
     (Path(ref.path) / "adapter_config.json").write_text("{}")
     with pytest.raises(BackendError, match="names are never reused"):
         store.publish(ref)
+
+
+def test_a_resumed_run_adopts_the_adapters_its_replicas_still_serve(fleet, tmp_path):
+    """A new set (the resumed run's) over replicas that outlived the old one: no refused reload."""
+    ref = adapter(tmp_path, "policy-r00-s0001", fleet.set.base_model)
+    fleet.set.load_adapter(ref)
+    clients = [RemoteServer(server.url, base_model=server.model) for server in fleet.servers]
+    resumed = ReplicaSet(clients, store=AdapterStore(tmp_path / "store"), wait_s=2.0)
+    with resumed:
+        resumed.load_adapter(ref)
+        report, _ = evaluate(student(GOOD), tasks(4), metric=exact, lm=resumed.lm(ref.name), k=1, threads=2)
+    assert report.mean_at_k == 1.0 and all(row["up"] for row in resumed.stats())
+    for folder in fleet.folders:
+        assert [row["path"] for row in requests(folder)].count("/v1/load_lora_adapter") == 1
+
+
+def test_an_unreachable_replica_at_start_is_down_not_fatal(fleet):
+    clients = [RemoteServer(fleet.servers[0].url), RemoteServer("http://127.0.0.1:9")]
+    with ReplicaSet(clients, wait_s=2.0) as replicas:
+        assert [row["up"] for row in replicas.stats()] == [True, False]
+        report, _ = evaluate(student(GOOD), tasks(2), metric=exact, lm=replicas.lm(), k=1, threads=1)
+    assert report.mean_at_k == 1.0

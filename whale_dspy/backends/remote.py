@@ -139,6 +139,14 @@ class RemoteServer:
         self._remember(ref)
         logger.info("loaded adapter %s from %s", ref.name, path)
 
+    def adopt_adapter(self, ref: AdapterRef) -> None:
+        """Take as loaded an adapter the server already lists under ref.name (this run loaded it
+        before a resume): loading it again would be refused."""
+        self._check_new_name(ref.name)
+        if ref.name not in self.listed_adapters():
+            raise BackendError(f"the server at {self._url} does not serve {ref.name!r}: load it instead")
+        self._remember(ref)
+
     def reload_adapter(self, ref: AdapterRef) -> None:
         """Load again an adapter this server lost by restarting: the one case where a name returns
         (a new server process holds no stale cache blocks of it)."""

@@ -59,14 +59,18 @@ class Replica:
 
     def hold(self, ref: AdapterRef) -> None:
         """Make the replica's process hold `ref`: nothing if it lists it already (another call
-        reloaded it), a reload if this client loaded it before, else a first load."""
+        reloaded it, or the run did before a resume), a reload if this client loaded it before and
+        the process lost it, else a first load."""
         with self.sync:
             if ref.name in self.loaded:
                 return
-            if ref.name not in self.server.adapters:
-                self.server.load_adapter(ref)
-            elif ref.name not in self.server.listed_adapters():
+            if ref.name in self.server.listed_adapters():
+                if ref.name not in self.server.adapters:  # a resumed run: loaded before it
+                    self.server.adopt_adapter(ref)
+            elif ref.name in self.server.adapters:
                 self.server.reload_adapter(ref)
+            else:
+                self.server.load_adapter(ref)
             self.loaded.add(ref.name)
 
     def lost(self, name: str) -> None:
@@ -211,15 +215,15 @@ class _Attempt:
         from whale_dspy.rollouts import server_failed
 
         self.sends_left -= 1
-        if self.sends_left <= 0:
-            return False  # the last error stands: a server failure voids the rollout
         if server_failed(error):
             self.router.mark_down(replica, error, life)
             self._tried(replica, life)
-            return True
+            return self.sends_left > 0  # at the bound this error stands: it voids the rollout
         index = self.router.replicas.index(replica)
         lost = isinstance(error, LMProviderError) and error.status == 404 and self.adapter is not None
-        if lost and index not in self.reloaded:  # restarted since it loaded the adapter
+        if (
+            lost and index not in self.reloaded and self.sends_left > 0
+        ):  # restarted since it loaded the adapter
             self.reloaded.add(index)
             replica.lost(self.adapter)
             return True

@@ -90,9 +90,15 @@ class ReplicaSet:
             for replica, error in zip(self.replicas, outcomes, strict=True):
                 if error is not None:
                     self._router.mark_down(replica, error)
+            served = set()
+            for replica in self._router.live():
+                try:  # a replica someone else runs may be unreachable: down, and probed
+                    served.add(replica.server.served_model())
+                except BackendError as error:
+                    self._router.mark_down(replica, error)
             if not self._router.live():
-                raise BackendError(f"no replica started: {'; '.join(str(error) for error in outcomes)}")
-            served = {replica.server.served_model() for replica in self._router.live()}
+                states = "; ".join(f"{replica.label}: {replica.last_error}" for replica in self.replicas)
+                raise BackendError(f"no replica started or answered: {states}")
             if len(served) > 1:
                 raise BackendError(f"the replicas serve different models: {sorted(served)}")
         except BaseException:

@@ -270,7 +270,7 @@ class VLLMServer(RemoteServer):
 
 
 def split_cores(count: int, cores: Sequence[int] | None = None) -> list[str]:
-    """Disjoint core lists ("0-3") for `count` CPU replicas on this machine's cores (its affinity),
+    """Disjoint core lists ("0,1,2,3") for `count` CPU replicas on this machine's cores (its affinity),
     as contiguous as the cores allow; vLLM's auto binding would put them all on the same cores."""
     available = sorted(cores if cores is not None else os.sched_getaffinity(0))
     if not 1 <= count <= len(available):
