@@ -267,7 +267,8 @@ def backend_for_model(
         return embedded_server(model, run_dir=log_dir, adapters=adapters)
     store = AdapterStore(Path(adapter_store) if adapter_store else log_dir / "adapter-store")
     if urls:
-        return ReplicaSet([RemoteServer(url, base_model=resolve_model(model)) for url in urls], store=store)
+        base = resolve_model(model)  # once for the set: every replica serves the same base
+        return ReplicaSet([RemoteServer(url, base_model=base) for url in urls], store=store)
     cores: list[str | None] = list(split_cores(replicas)) if cpu_build() else [None] * replicas
     own = [
         embedded_server(
