@@ -4,10 +4,15 @@ GSM8K: the official test set (1,319) is the test split; the official train set
 (7,473) is cut by a salted hash of the task id into train / search / val
 (80 / 10 / 10 %). MATH: MATH-500 is the test split; the other 4,500 problems of
 the MATH test set (matched on the problem text) are cut the same way.
+
+Each example's worked solution is its `reasoning` field, the name DSPy's ChainOfThought writes, so
+a labeled demo (`dspy.LabeledFewShot`, or the search's labeled-demos edit) shows a reasoning
+predictor a worked example; GSM8K's calculator annotations (`<<48/2=24>>`) are cut from it.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import dspy
@@ -33,12 +38,15 @@ class CompetitionMath(dspy.Signature):
     answer: str = dspy.OutputField(desc="the final answer only, as a LaTeX expression")
 
 
+CALCULATOR_ANNOTATION = re.compile(r"<<[^>]*>>")
+
+
 def gsm8k_row(row: dict[str, Any]) -> tuple[str, str, str]:
-    """(question, final number, worked solution) from an official GSM8K row."""
+    """(question, final number, worked solution without calculator annotations) from an official GSM8K row."""
     solution, final = row["answer"].rsplit("####", 1)
     if not row["question"].strip() or not final.strip():
         raise ValueError("empty question or final answer")
-    return row["question"], final.strip().replace(",", ""), solution.strip()
+    return row["question"], final.strip().replace(",", ""), CALCULATOR_ANNOTATION.sub("", solution).strip()
 
 
 class MathDomain(DatasetDomain):
@@ -67,10 +75,10 @@ class GSM8KDomain(MathDomain):
         for source in ("train", "test"):
             rows = parse_rows(folder / f"gsm8k_{source}.jsonl.gz", gsm8k_row)
             splits[source] = [
-                dspy.Example(task_id=f"gsm8k-{source}-{i:05d}", question=q, answer=a, solution=s).with_inputs(
-                    "question"
-                )
-                for i, (q, a, s) in enumerate(rows)
+                dspy.Example(
+                    task_id=f"gsm8k-{source}-{i:05d}", question=q, answer=a, reasoning=worked
+                ).with_inputs("question")
+                for i, (q, a, worked) in enumerate(rows)
             ]
         split_of = assign_splits([ex.task_id for ex in splits["train"]], POOL_FRACTIONS, salt="gsm8k")
         out = group_by_split(splits["train"], lambda ex: split_of[ex.task_id])
@@ -83,7 +91,7 @@ def math500_example(row: dict[str, Any]) -> dspy.Example:
         task_id=f"math500-{row['unique_id']}",
         question=row["problem"],
         answer=row["answer"],
-        solution=row["solution"],
+        reasoning=row["solution"],
         subject=row["subject"],
         level=f"Level {row['level']}",
     ).with_inputs("question")
@@ -97,7 +105,7 @@ def math5000_example(row: dict[str, Any]) -> dspy.Example:
         task_id=f"math-{int(row['idx']):04d}",
         question=row["problem"],
         answer=answer,
-        solution=row["solution"],
+        reasoning=row["solution"],
         subject=row["type"],
         level=row["level"],
     ).with_inputs("question")

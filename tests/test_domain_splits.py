@@ -106,3 +106,12 @@ def test_malformed_chess_row_names_file_and_line(tmp_path):
     _write_gz(tmp_path / "chess" / "lichess_puzzles_test.csv.gz", header + good)
     with pytest.raises(ConfigError, match=r"lichess_puzzles_train\.csv\.gz:3"):
         get_domain("chess", data_dir=tmp_path).load("test")
+
+
+def test_gsm8k_examples_carry_their_worked_solution_as_reasoning_without_calculator_notes(tmp_path):
+    row = '{"question": "q1", "answer": "She sold 48/2 = <<48/2=24>>24 clips.\\n#### 24"}'
+    _write_gz(tmp_path / "math" / "gsm8k_train.jsonl.gz", f"{row}\n")
+    _write_gz(tmp_path / "math" / "gsm8k_test.jsonl.gz", f"{row}\n")
+    (example,) = GSM8KDomain(data_dir=tmp_path).load("test")
+    assert example.reasoning == "She sold 48/2 = 24 clips." and example.answer == "24"
+    assert example.labels().reasoning == example.reasoning  # a label: what a labeled demo shows

@@ -3,6 +3,7 @@ harness's own sampling (capped by the sandbox), and retrieval tool blocks for se
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 
@@ -93,6 +94,41 @@ def test_mutation_proposes_few_shot_demos_from_the_parents_own_successes(tmp_pat
     shown = json.dumps(mine.lm_calls[0].messages)
     assert shown.count(own.question) == 1  # a task never sees its own demo
     assert few_shot(shots.code, []) is None
+
+
+WORKED = "Two and two make four."
+
+
+def test_labeled_demos_show_a_reasoning_predictor_the_worked_solution_and_a_plain_one_the_answer(tmp_path):
+    archive = archive_with(tmp_path / "archive", h0=GOOD)
+    archive.record_labels({f"t{i}": {"answer": "4", "reasoning": WORKED} for i in range(4)})
+    shots = next(
+        s
+        for seed in range(40)
+        for s in MutationProposer(seed=seed).propose(archive, 3)
+        if s.name.endswith("-labeled_demos")
+    )
+    assert "class WithDemos" in shots.code and WORKED in shots.code and len(demo_questions(shots.code)) == 3
+    task = tasks(8)[7]
+    plain = run_rollout(
+        HarnessProgram(shots.vouched(), QA),
+        task,
+        lm=ScriptedLM({"": {"answer": "4"}}),
+        metric=exact,
+        sample=0,
+        rollout_id=1,
+    )
+    plain_prompt = json.dumps(plain.lm_calls[0].messages)
+    assert plain.score == 1.0 and plain_prompt.count("What is 2+2? #") == 4 and WORKED not in plain_prompt
+    reasoning = dataclasses.replace(
+        shots, code=shots.code.replace("dspy.Predict(", "dspy.ChainOfThought(")
+    ).vouched()
+    cot_lm = ScriptedLM({"": {"reasoning": "r", "answer": "4"}})
+    seen = run_rollout(HarnessProgram(reasoning, QA), task, lm=cot_lm, metric=exact, sample=0, rollout_id=1)
+    assert seen.score == 1.0 and json.dumps(seen.lm_calls[0].messages).count(WORKED) == 3
+    own = next(t for t in tasks(4) if t.question in demo_questions(shots.code))
+    mine = run_rollout(HarnessProgram(reasoning, QA), own, lm=cot_lm, metric=exact, sample=0, rollout_id=1)
+    assert json.dumps(mine.lm_calls[0].messages).count(WORKED) == 2  # never its own worked solution
 
 
 def demo_questions(code: str) -> set[str]:
@@ -217,9 +253,21 @@ def test_the_traces_symptoms_and_the_edits_they_call_for():
     assert symptoms(unparsed) == {"the output did not parse"}
     assert symptoms(cut) == {"a completion hit max_tokens"}
     assert symptoms(rollout("t3", 1.0, chat_call(USER, "[[ ## answer ## ]]\n4"))) == set()
-    called = indicated_edits([illegal_move_rollout("t0"), illegal_move_rollout("t1"), cut])
-    assert called["answer_from_choices"] == "2 of 3 failing rollouts: a tool rejected the answer"
-    assert called["more_tokens"] == "1 of 3 failing rollouts: a completion hit max_tokens"
+    wrong = rollout("t4", 0.0, chat_call(USER, "[[ ## answer ## ]]\n5"))
+    assert symptoms(wrong) == {"the answer was wrong"}
+    sampled = dataclasses.replace(wrong.lm_calls[0], sampling={"temperature": 1.0})
+    assert symptoms(dataclasses.replace(wrong, lm_calls=(sampled,))) == {
+        "the answer was wrong",
+        "a wrong answer was sampled",
+    }
+    called = indicated_edits([illegal_move_rollout("t0"), illegal_move_rollout("t1"), cut, wrong])
+    assert called["answer_from_choices"] == "2 of 4 failing rollouts: a tool rejected the answer"
+    assert called["more_tokens"] == "1 of 4 failing rollouts: a completion hit max_tokens"
+    assert (
+        called["labeled_demos"]
+        == called["chain_of_thought"]
+        == "1 of 4 failing rollouts: the answer was wrong"
+    )
 
 
 def test_guided_mutation_draws_the_edits_the_traces_call_for(tmp_path):

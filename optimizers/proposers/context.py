@@ -27,8 +27,9 @@ Rules: import only these top-level modules: {imports}. Keep `build(signature, to
 Add exactly ONE new mechanism relative to the parent and state it as a testable hypothesis.
 Mechanisms within reach: reasoning (dspy.ChainOfThought); the harness's own sampling
 (`dspy.Predict(signature, temperature=0.0, max_tokens=256)`; the sandbox caps max_tokens); few-shot
-demos (`predictor.demos = [dspy.Example(field=value, ...)]` copied from successful traces below; a
-task must never see its own demo); retrieval (a keyword query written for the search tool, a second
+demos (`predictor.demos = [dspy.Example(field=value, ...)]` copied from successful traces below, or
+labeled from the search tasks' gold fields, a worked solution as `reasoning` where given; a task
+must never see its own demo); retrieval (a keyword query written for the search tool, a second
 search with a title the first hit names, more passages); constrained output (dspy.JSONAdapter; an
 answer field typed `Literal[...]` of the values a tool lists, or `float`, is decoded under the server's
 JSON schema); majority votes and verify-and-retry (only where no tool holds an episode's state: a tool

@@ -1,11 +1,14 @@
-"""Few-shot demonstrations from a harness's own verified successes, in DSPy's demo shape.
+"""Few-shot demonstrations in DSPy's demo shape: a harness's own verified successes, or labeled ones.
 
-A demo is one predictor call's fields: the inputs from the call's last user
-message and the outputs from its completion, read back from the adapter's
-`[[ ## field ## ]]` markers (or the JSON object JSONAdapter writes). They come
-only from rollouts the archive holds, which are search tasks (never the test
-split), and only from those the verifier accepted; the few-shot block keeps a
-task's own demo out of that task's prompt.
+A bootstrapped demo is one predictor call's fields: the inputs from the call's
+last user message and the outputs from its completion, read back from the
+adapter's `[[ ## field ## ]]` markers (or the JSON object JSONAdapter writes),
+only from rollouts the verifier accepted. A labeled demo (DSPy's LabeledFewShot)
+is a search task's inputs with its gold fields, a worked solution included where
+the domain gives one as `reasoning`: the lever when the harness succeeds too
+rarely to bootstrap from. Both come only from the archive, which holds search
+tasks (never the test split); the few-shot block keeps a task's own demo out of
+that task's prompt.
 """
 
 from __future__ import annotations
@@ -66,3 +69,25 @@ def demos_from(
                 by_task[rollout.task_id] = fields
     chosen = sorted(rng.sample(sorted(by_task), min(tasks, len(by_task))))
     return [demo for task in chosen for demo in by_task[task]]
+
+
+def labeled_demos(
+    rollouts: Sequence[Rollout],
+    labels: dict[str, dict[str, Any]],
+    rng: random.Random,
+    tasks: int = DEMO_TASKS,
+) -> list[dict[str, Any]]:
+    """Up to `tasks` search tasks as demos: the inputs their rollouts ran on, with their text gold fields."""
+    inputs: dict[str, dict[str, Any]] = {}
+    for rollout in sorted(rollouts, key=lambda r: (r.task_id, r.sample)):
+        if labels.get(rollout.task_id) and rollout.inputs:
+            inputs.setdefault(rollout.task_id, rollout.inputs)
+    chosen = sorted(rng.sample(sorted(inputs), min(tasks, len(inputs))))
+    return [
+        {
+            name: str(value).strip()[:MAX_FIELD_CHARS]
+            for name, value in {**inputs[task], **labels[task]}.items()
+            if isinstance(value, (str, int, float)) and not isinstance(value, bool)
+        }
+        for task in chosen
+    ]

@@ -2,7 +2,9 @@
 
 The guided mutation proposer draws from these edits first: a harness whose moves
 a tool rejects as illegal needs its answer constrained to the legal set, one whose
-completions stop at max_tokens needs a larger budget. The symptoms are read off
+completions stop at max_tokens needs a larger budget, one that answers in format
+and is still wrong needs reasoning or worked examples (and, when it was sampled, greedy
+decoding or a vote). The symptoms are read off
 what every rollout records (tool results, truncation, parse failures, empty
 answers), so no domain is named here.
 """
@@ -23,6 +25,8 @@ REMEDIES: dict[str, tuple[str, ...]] = {
     "a completion hit max_tokens": ("more_tokens",),
     "the output did not parse": ("answer_fallback", "constrained_decoding_on"),
     "the answer was empty": ("verify_retry", "answer_fallback"),
+    "the answer was wrong": ("labeled_demos", "chain_of_thought"),
+    "a wrong answer was sampled": ("greedy_decoding", "majority_vote"),
 }
 """Symptom -> the edits (by name) that address it."""
 
@@ -38,6 +42,10 @@ def symptoms(rollout: Rollout) -> set[str]:
         found.add("the output did not parse")
     elif rollout.error is None and not any(str(value or "").strip() for value in answers(rollout)):
         found.add("the answer was empty")
+    if not found and rollout.error is None and rollout.score < 1.0:
+        found.add("the answer was wrong")  # in format, accepted by every tool, and still scored below 1
+        if any(float(call.sampling.get("temperature") or 0) > 0 for call in rollout.lm_calls):
+            found.add("a wrong answer was sampled")  # an unlucky sample, maybe: decode greedily, or vote
     return found
 
 

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from optimizers.proposers import blocks
-from optimizers.proposers.demos import demos_from
+from optimizers.proposers.demos import demos_from, labeled_demos
 from whale_dspy.harness import BUILD_FUNCTION
 from whale_dspy.records import Rollout
 
@@ -277,12 +277,36 @@ FEW_SHOT_HYPOTHESIS = (
 )
 
 
+LABELED_DEMOS_HYPOTHESIS = (
+    "Worked examples from the search tasks' gold answers (DSPy labeled demos, with the worked "
+    "solution as reasoning where the task gives one) show the model how a correct answer is reached."
+)
+
+
 def few_shot_edit(rollouts: Sequence[Rollout], rng: random.Random) -> Edit | None:
     """The few-shot edit with demos from a parent's own rollouts (None when none was accepted)."""
     demos = demos_from(rollouts, rng)
     if not demos:
         return None
     return Edit("few_shot", FEW_SHOT_HYPOTHESIS, lambda code, _rng: few_shot(code, demos))
+
+
+def labeled_demos_edit(
+    rollouts: Sequence[Rollout], labels: dict[str, dict[str, object]], rng: random.Random
+) -> Edit | None:
+    """The few-shot edit with labeled demos of the tasks a parent ran on (None without labels)."""
+    demos = labeled_demos(rollouts, labels, rng)
+    if not demos:
+        return None
+    return Edit("labeled_demos", LABELED_DEMOS_HYPOTHESIS, lambda code, _rng: few_shot(code, demos))
+
+
+def trace_edits(
+    rollouts: Sequence[Rollout], labels: dict[str, dict[str, object]], rng: random.Random
+) -> tuple[Edit, ...]:
+    """The edits a parent's own search rollouts make possible: bootstrapped and labeled demos."""
+    edits = (few_shot_edit(rollouts, rng), labeled_demos_edit(rollouts, labels, rng))
+    return tuple(edit for edit in edits if edit is not None)
 
 
 def set_output_adapter(code: str, adapter: str) -> str | None:

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import logging
 import random
-from typing import Literal
+from typing import Any, Literal
 
 import dspy
 
 from optimizers.archive import HarnessArchive
 from optimizers.proposers.context import history_tokens, raw_trace, sample_traces, summary_line
-from optimizers.proposers.edits import EDITS, Edit, few_shot_edit, module_constant, set_constant
+from optimizers.proposers.edits import EDITS, Edit, module_constant, set_constant, trace_edits
 from optimizers.proposers.usage import UsageMeter
 from whale_dspy.harness import HarnessSource
 from whale_dspy.records import ProposerUsage, Rollout
@@ -89,7 +89,8 @@ class MechanismProposer:
         """One LM choice among the mechanisms that apply to `parent` and give code not yet archived."""
         code = archive.source(parent).code
         traces = archive.traces(parent)  # read once: both the few-shot demos and the LM's context use it
-        offered = {edit.name: edit for edit in self._edits(parent, traces) if edit.name not in chosen}
+        edits = self._edits(parent, traces, archive.labels())
+        offered = {edit.name: edit for edit in edits if edit.name not in chosen}
         applicable: dict[str, tuple[Edit, str]] = {}
         for name, edit in offered.items():
             edited = edit.apply(code, random.Random(rollout_id))
@@ -112,11 +113,10 @@ class MechanismProposer:
             edited = self._instructions(code, sentence) or edited
         return HarnessSource(f"{parent}-{name}", edited, parent, edit.hypothesis)
 
-    def _edits(self, parent: str, traces: list[Rollout]) -> list[Edit]:
+    def _edits(self, parent: str, traces: list[Rollout], labels: dict[str, dict[str, Any]]) -> list[Edit]:
         if self.prompt_only:
             return [edit for edit in EDITS if edit.prompt_only]
-        shots = few_shot_edit(traces, random.Random(derive_seed("demos", self.seed, parent)))
-        return [*EDITS, *([shots] if shots is not None else [])]
+        return [*EDITS, *trace_edits(traces, labels, random.Random(derive_seed("demos", self.seed, parent)))]
 
     def _results(
         self, archive: HarnessArchive, parent: str, traces: list[Rollout], rng: random.Random

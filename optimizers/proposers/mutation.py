@@ -2,12 +2,13 @@
 
 It picks a parent among the archive's best (seeded by the archive's size, so
 a resumed search draws the same edits) and applies one applicable edit: one
-from the catalogue, or few-shot demos drawn from that parent's own accepted
-search rollouts. With no API key this is the search that runs, and it is the
-random-search baseline that LM proposers must beat. Guided (`--proposer guided`),
-it draws half its edits from those the parent's failing traces call for
-(`diagnosis.py`: a tool rejecting the answer, truncated completions, parse
-failures, empty answers) and says so in the hypothesis. In prompt-only mode it
+from the catalogue, few-shot demos drawn from that parent's own accepted
+search rollouts, or labeled demos of the search tasks it ran on. With no API
+key this is the search that runs, and it is the random-search baseline that LM
+proposers must beat. Guided (`--proposer guided`), it draws half its edits from
+those the parent's failing traces call for (`diagnosis.py`: a tool rejecting the
+answer, truncated completions, parse failures, empty or wrong answers) and says
+so in the hypothesis. In prompt-only mode it
 uses only prompt edits.
 """
 
@@ -18,7 +19,7 @@ import random
 
 from optimizers.archive import HarnessArchive
 from optimizers.proposers.diagnosis import indicated_edits
-from optimizers.proposers.edits import EDITS, Edit, few_shot_edit
+from optimizers.proposers.edits import EDITS, Edit, trace_edits
 from whale_dspy.errors import ConfigError
 from whale_dspy.harness import HarnessSource
 from whale_dspy.records import ProposerUsage
@@ -92,9 +93,9 @@ class MutationProposer:
         return indicated_edits(archive.traces(parent)) if self.guided else {}
 
     def _from_traces(self, archive: HarnessArchive, parent: str) -> tuple[Edit, ...]:
-        """Edits drawn from the parent's own search rollouts: few-shot demos of its accepted calls."""
+        """Edits drawn from the parent's own search rollouts: few-shot demos of its accepted calls,
+        and labeled demos of the search tasks it ran on."""
         if self.prompt_only:
             return ()
         rng = random.Random(derive_seed("demos", self.seed, len(archive), parent))
-        shots = few_shot_edit(archive.traces(parent), rng)
-        return (shots,) if shots is not None else ()
+        return trace_edits(archive.traces(parent), archive.labels(), rng)
