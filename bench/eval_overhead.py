@@ -167,13 +167,13 @@ def main(argv: list[str] | None = None) -> None:
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-    from domains import get_domain
+    from domains import domain_entry, get_domain
     from harness_programs import seed_harness
     from whale_dspy.harness import HarnessProgram
 
     domain = get_domain(args.domain)
     tasks = domain.load("test", args.tasks, 0)
-    source = seed_harness(args.harness or args.domain)
+    source = seed_harness(args.harness or domain_entry(args.domain).seed_harness)
     program = HarnessProgram(source, domain.signature, domain.tools)
     sides: dict[str, list[dict[str, float]]] = {"framework": [], "direct": []}
     with tempfile.TemporaryDirectory() as tmp, bench_server(args, Path(tmp)) as server:

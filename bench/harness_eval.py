@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> None:
 
     domain = ChessDomain()
     tasks = domain.load("search", limit=args.tasks, seed=0)
-    source = seed_harness("chess")
+    source = seed_harness("chess_h0")
     programs = {
         "in-process": (
             InProcessEvaluator(threads=args.threads),

@@ -29,7 +29,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import dspy  # noqa: E402
 
-from domains import get_domain  # noqa: E402
+from domains import domain_entry, get_domain  # noqa: E402
 from harness_programs import seed_harness  # noqa: E402
 from whale_dspy.backends import VLLMServer, embedded_server  # noqa: E402
 from whale_dspy.evaluation import evaluate  # noqa: E402
@@ -52,7 +52,7 @@ def measure(model: str, domains: list[str], args: argparse.Namespace, out: Path)
         lm = server.lm(max_tokens=args.max_tokens, temperature=1.0)  # sampled, as every run samples
         for name in domains:
             domain = get_domain(name)
-            source = seed_harness(name)
+            source = seed_harness(domain_entry(name).seed_harness)
             program = HarnessProgram(source, domain.signature, domain.tools, lm=lm)
             tasks = domain.load("test", args.limit, 0)
             for fmt, adapter in FORMATS.items():

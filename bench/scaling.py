@@ -141,14 +141,14 @@ def main(argv: list[str] | None = None) -> None:
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-    from domains import get_domain
+    from domains import domain_entry, get_domain
     from harness_programs import seed_harness
     from whale_dspy.harness import HarnessProgram
 
     domain = get_domain(args.domain)
     pool = iter(domain.load("test", None, 0))
     tool_timer = ToolTimer(domain.tools)
-    source = seed_harness(args.domain)
+    source = seed_harness(domain_entry(args.domain).seed_harness)
     program = HarnessProgram(source, domain.signature, tool_timer)
     lm_timer = LMTimer()
 

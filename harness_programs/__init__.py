@@ -1,8 +1,9 @@
-"""Seed harnesses (h0), one per domain: DSPy programs kept as source files.
+"""Seed harnesses (h0): DSPy programs kept as source files, one file each.
 
 A harness file is data to the optimizer: the harness search reads, edits and
-loads it by path, so each file imports only dspy, the standard library, chess
-and `harness_programs.blocks`, and defines `build(signature, tools)`.
+loads it by path, so each file imports only dspy, the standard library and
+chess, and defines `build(signature, tools)`. A file here is found by its stem;
+which domain starts from which file is said once, in `domains.DOMAINS`.
 """
 
 from __future__ import annotations
@@ -14,29 +15,22 @@ from whale_dspy.harness import HarnessSource
 
 HARNESS_DIR = Path(__file__).parent
 
-SEED_HARNESSES = {
-    "chess": "chess_h0",
-    "math": "math_h0",
-    "math500": "math_h0",
-    "search": "search_h0",
-    "squad": "search_h0",
-}
-"""Domain name -> stem of its seed harness file in this folder."""
+
+def seed_harness_stems() -> tuple[str, ...]:
+    """Every seed harness in this folder, by file stem."""
+    return tuple(sorted(path.stem for path in HARNESS_DIR.glob("*.py") if not path.stem.startswith("_")))
 
 
-def seed_harness_path(domain_or_stem: str) -> Path:
-    """The seed harness file for a domain name ("squad", "squad:score=f1") or a harness stem ("search_h0")."""
-    name = domain_or_stem.partition(":")[0]  # a domain spec's options do not change its seed harness
-    stem = SEED_HARNESSES.get(name, name)
-    if stem not in SEED_HARNESSES.values():
-        valid = sorted(set(SEED_HARNESSES) | set(SEED_HARNESSES.values()))
-        raise ConfigError(f"no seed harness for {domain_or_stem!r}; valid names are {', '.join(valid)}")
+def seed_harness_path(stem: str) -> Path:
+    """The seed harness file `stem` ("search_h0"); ConfigError lists the valid stems."""
+    if stem not in seed_harness_stems():
+        raise ConfigError(f"no seed harness {stem!r}; valid names are {', '.join(seed_harness_stems())}")
     return HARNESS_DIR / f"{stem}.py"
 
 
-def seed_harness(domain_or_stem: str) -> HarnessSource:
+def seed_harness(stem: str) -> HarnessSource:
     """The seed harness as a source vouched for: shipped code, so it may run in process."""
-    return HarnessSource.from_path(seed_harness_path(domain_or_stem)).vouched()
+    return HarnessSource.from_path(seed_harness_path(stem)).vouched()
 
 
-__all__ = ["HARNESS_DIR", "SEED_HARNESSES", "seed_harness", "seed_harness_path"]
+__all__ = ["HARNESS_DIR", "seed_harness", "seed_harness_path", "seed_harness_stems"]

@@ -9,7 +9,7 @@ the schedules can be tested one step at a time. Both decisions are asked
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any, ClassVar
 
@@ -152,7 +152,6 @@ class Patience:
 
 
 Schedule = Fixed | Patience
-SCHEDULE_FORMS = "fixed:E,I (e.g. fixed:0.6,6) or patience:key=value,... (e.g. patience:weight_patience=3)"
 
 
 def _int_at_least(value: Any, low: int) -> bool:
@@ -192,21 +191,48 @@ def _parse_patience(body: str) -> Patience:
     return Patience(**values)
 
 
+@dataclass(frozen=True)
+class ScheduleKind:
+    cls: type[Schedule]
+    parse: Callable[[str], Schedule]
+    """Reads the text after `kind:`."""
+    form: str
+    about: str
+
+
+SCHEDULES: dict[str, ScheduleKind] = {
+    Fixed.kind: ScheduleKind(
+        Fixed,
+        _parse_fixed,
+        "fixed:E,I (e.g. fixed:0.6,6)",
+        "E epochs of weight steps, then I harness iterations",
+    ),
+    Patience.kind: ScheduleKind(
+        Patience,
+        _parse_patience,
+        "patience:key=value,... (e.g. patience:weight_patience=3)",
+        "leave a phase when its signal stops improving",
+    ),
+}
+"""The one registry of schedule kinds: adding one is its class and parser plus an entry here."""
+
+SCHEDULE_FORMS = " or ".join(kind.form for kind in SCHEDULES.values())
+SCHEDULE_HELP = "; ".join(f"{kind.form}: {kind.about}" for kind in SCHEDULES.values())
+
+
 def parse_schedule(text: str) -> Schedule:
     """`fixed:0.6,6` or `patience:weight_patience=3,harness_max=8`; ConfigError says what is valid."""
-    kind, _, body = text.strip().partition(":")
-    if kind == "fixed":
-        return _parse_fixed(body)
-    if kind == "patience":
-        return _parse_patience(body)
-    raise ConfigError(f"unknown schedule {text!r}; use {SCHEDULE_FORMS}")
+    name, _, body = text.strip().partition(":")
+    if name not in SCHEDULES:
+        raise ConfigError(f"unknown schedule {text!r}; use {SCHEDULE_FORMS}")
+    return SCHEDULES[name].parse(body)
 
 
 def schedule_from_dict(data: dict[str, Any]) -> Schedule:
     """The inverse of `to_dict` (a run directory's config rebuilds its schedule)."""
-    values = {k: v for k, v in data.items() if k != "kind"}
-    if data.get("kind") == "fixed":
-        return Fixed(**values)
-    if data.get("kind") == "patience":
-        return Patience(**values)
-    raise ConfigError(f"unknown schedule kind {data.get('kind')!r}; valid kinds are fixed, patience")
+    kind = SCHEDULES.get(data.get("kind"))
+    if kind is None:
+        raise ConfigError(
+            f"unknown schedule kind {data.get('kind')!r}; valid kinds are {', '.join(SCHEDULES)}"
+        )
+    return kind.cls(**{k: v for k, v in data.items() if k != "kind"})

@@ -111,7 +111,7 @@ def test_unknown_theme_lists_the_valid_ones():
 def test_the_seed_harness_called_as_a_plain_program_answers_a_new_position(domain):
     example = puzzle_example(MATE_IN_2)
     program = HarnessProgram(
-        seed_harness("chess"), domain.signature, domain.tools, lm=ScriptedLM([{"move": "e4"}])
+        seed_harness("chess_h0"), domain.signature, domain.tools, lm=ScriptedLM([{"move": "e4"}])
     )
     inputs = {name: example[name] for name in example.inputs()}  # what a user has: no solution line
     assert "line" not in inputs

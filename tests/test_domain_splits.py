@@ -25,8 +25,7 @@ def test_registry_rejects_unknown_names_and_options():
 
 
 def test_a_domain_spec_carries_constructor_options():
-    from domains import parse_domain_spec
-    from harness_programs import seed_harness_path
+    from domains import domain_entry, parse_domain_spec
 
     assert parse_domain_spec("search") == ("search", {})
     assert parse_domain_spec("chess:max_rating=900,themes=mateIn1") == (
@@ -35,7 +34,7 @@ def test_a_domain_spec_carries_constructor_options():
     )
     squad = get_domain("squad:score=f1")
     assert squad.score == "f1" and get_domain("squad:score=f1", score="em").score == "em"
-    assert seed_harness_path("squad:score=f1") == seed_harness_path("squad")
+    assert domain_entry("squad:score=f1") == domain_entry("squad")
     bad_specs = {"search:score": "key=value", "search:score=bleu": "unknown score", "math:x=1": "bad options"}
     for bad, message in bad_specs.items():
         with pytest.raises(ConfigError, match=message):

@@ -10,16 +10,16 @@ import dspy
 import pytest
 from dspy.utils import DummyLM
 
-from domains import DOMAIN_NAMES, get_domain
-from harness_programs import SEED_HARNESSES, seed_harness, seed_harness_path
+from domains import DOMAIN_HELP, DOMAINS, domain_entry, get_domain
+from harness_programs import seed_harness, seed_harness_path, seed_harness_stems
 from whale_dspy.errors import ConfigError
 from whale_dspy.harness import load_build
 
-ALLOWED_IMPORTS = {"dspy", "chess", "harness_programs.blocks", "__future__"}
+ALLOWED_IMPORTS = {"dspy", "chess", "__future__"}
 
 
 def build_seed(domain, example):
-    build = load_build(seed_harness(domain.name))
+    build = load_build(seed_harness(domain_entry(domain.name).seed_harness))
     return build(domain.signature, domain.tools(example))
 
 
@@ -29,14 +29,17 @@ def run(program, example, replies):
         return program(**example.inputs()), lm
 
 
-def test_every_domain_has_a_seed_and_unknown_names_fail():
-    assert set(SEED_HARNESSES) == set(DOMAIN_NAMES)
-    assert seed_harness_path("squad") == seed_harness_path("search_h0")
+def test_every_domain_names_a_seed_harness_that_exists_and_unknown_names_fail():
+    assert {entry.seed_harness for entry in DOMAINS.values()} == set(seed_harness_stems())
+    assert domain_entry("squad:score=f1").seed_harness == "search_h0"
+    assert all(f"{name}: {entry.about}" in DOMAIN_HELP for name, entry in DOMAINS.items())
     with pytest.raises(ConfigError, match="chess_h0"):
         seed_harness_path("go")
+    with pytest.raises(ConfigError, match="valid domains are chess, math"):
+        domain_entry("go")
 
 
-@pytest.mark.parametrize("stem", sorted(set(SEED_HARNESSES.values())))
+@pytest.mark.parametrize("stem", seed_harness_stems())
 def test_seed_files_import_only_dspy_stdlib_chess_and_blocks(stem):
     tree = ast.parse(seed_harness_path(stem).read_text())
     for node in ast.walk(tree):

@@ -12,11 +12,15 @@ from meta_harness_helpers import GOOD, TOY, archive_with, exact, lm, source, stu
 from optimizers.archive import HarnessArchive
 from optimizers.meta_harness import MetaHarness, MetaHarnessConfig
 from optimizers.proposers import (
+    PROPOSER_HELP,
+    PROPOSERS,
     AgenticProposer,
     ArchiveReader,
     CommandProposer,
     LMProposer,
+    MechanismProposer,
     MutationProposer,
+    ProposerOptions,
     proposer_from_spec,
 )
 from optimizers.proposers.context import strip_code_fences
@@ -234,22 +238,25 @@ def test_the_jail_grants_exactly_what_it_is_given(archive, tmp_path, monkeypatch
     command = f"(cat {config}; echo $WHALE_AGENT_KEY $WHALE_OTHER_KEY) > new/seen.py"
     settings = RunSettings(domain="math", agent_read=(str(config),), agent_env=("WHALE_AGENT_KEY",))
     assert settings.agent_jail == Jail((str(config),), ("WHALE_AGENT_KEY",), False)
-    proposer = proposer_from_spec(f"command:{command}", jail=settings.agent_jail)
+    proposer = proposer_from_spec(f"command:{command}", ProposerOptions(jail=settings.agent_jail))
     [seen] = proposer.propose(archive, 1)
     assert "agent-config-5b1e" in seen.code and "key-3c9a" in seen.code and "other-8d0f" not in seen.code
 
 
-def test_proposer_from_spec():
+def test_proposer_from_spec_builds_every_registered_kind_and_its_help_names_them():
     made = []
-    assert isinstance(proposer_from_spec("mutation", seed=3), MutationProposer)
-    assert isinstance(proposer_from_spec("lm:openai/x", make_lm=lambda m: made.append(m) or lm()), LMProposer)
-    assert isinstance(
-        proposer_from_spec("agent:openai/y", make_lm=lambda m: made.append(m) or lm()), AgenticProposer
-    )
-    assert made == ["openai/x", "openai/y"]
+    options = ProposerOptions(seed=3, make_lm=lambda m: made.append(m) or lm())
+    mutation = proposer_from_spec("mutation", options)
+    assert isinstance(mutation, MutationProposer) and mutation.seed == 3 and not mutation.guided
+    assert proposer_from_spec("guided", options).guided
+    assert isinstance(proposer_from_spec("lm:openai/x", options), LMProposer)
+    assert isinstance(proposer_from_spec("agent:openai/y", options), AgenticProposer)
+    assert isinstance(proposer_from_spec("mechanism:openai/z", options), MechanismProposer)
+    assert made == ["openai/x", "openai/y", "openai/z"]
     assert proposer_from_spec("command:claude -p 'go'").command == "claude -p 'go'"
+    assert all(f"{kind.form}: {kind.about}" in PROPOSER_HELP for kind in PROPOSERS.values())
     for bad in ("gpt", "lm:", "command:", "mutation:x"):
-        with pytest.raises(ConfigError, match="valid forms"):
+        with pytest.raises(ConfigError, match="valid forms: mutation, guided, lm:MODEL"):
             proposer_from_spec(bad)
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 
 from optimizers.schedules import (
+    SCHEDULE_HELP,
+    SCHEDULES,
     Fixed,
     Patience,
     fixed_steps,
@@ -132,6 +134,16 @@ def test_parse_round_trips():
     for schedule in (fixed, patience, Patience()):
         assert parse_schedule(schedule.spec()) == schedule
         assert schedule_from_dict(schedule.to_dict()) == schedule
+
+
+def test_every_registered_kind_round_trips_and_is_in_the_help():
+    for name, kind in SCHEDULES.items():
+        default = kind.cls()
+        assert default.kind == name and parse_schedule(default.spec()) == default
+        assert schedule_from_dict(default.to_dict()) == default
+        assert f"{kind.form}: {kind.about}" in SCHEDULE_HELP
+    with pytest.raises(ConfigError, match="valid kinds are fixed, patience"):
+        schedule_from_dict({"kind": "cosine"})
 
 
 @pytest.mark.parametrize(

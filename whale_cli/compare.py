@@ -23,12 +23,12 @@ from whale_cli.report import print_summary, write_outputs
 from whale_cli.run import check_same_settings, execute, served
 from whale_cli.settings_file import given_settings
 from whale_cli.wiring import (
-    SCHEDULE_HELP,
     RunSettings,
     add_run_arguments,
     load_data,
     make_backend,
     name_part,
+    schedule_help,
     shared_evaluations,
 )
 from whale_dspy.errors import ConfigError
@@ -41,7 +41,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("compare", help="run several methods on the same seeds and budget")
     add_run_arguments(parser, method=False, schedule=False)
     parser.add_argument(
-        "--schedule", action="append", help=f"{SCHEDULE_HELP}; repeat to run whale under each"
+        "--schedule", action="append", help=f"{schedule_help()}; repeat to run whale under each"
     )
     parser.add_argument("--methods", default=ALL_METHODS, help=f"comma-separated (default {ALL_METHODS})")
     parser.add_argument("--seeds", default="0", help="comma-separated seeds (default 0)")

@@ -11,7 +11,7 @@ import argparse
 import json
 
 from whale_cli.settings_file import settings_from_args, settings_toml
-from whale_cli.wiring import add_run_arguments
+from whale_cli.wiring import add_run_arguments, add_seed_argument
 from whale_dspy.errors import ConfigError
 
 
@@ -20,7 +20,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     commands = parser.add_subparsers(dest="config_command", required=True, metavar="SUBCOMMAND")
     show = commands.add_parser("show", help="the settings `whale run` would use with these options")
     add_run_arguments(show)
-    show.add_argument("--seed", type=int, help="seed of the phases' sampling and search (default 0)")
+    add_seed_argument(show)
     show.set_defaults(func=run)
 
 

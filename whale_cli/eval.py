@@ -10,8 +10,9 @@ from typing import Any
 
 import dspy
 
+from domains import DOMAIN_HELP
 from whale_cli.presets import PRESET_HELP, PRESETS, get_preset
-from whale_cli.wiring import DOMAIN_HELP
+from whale_dspy.errors import ConfigError
 from whale_dspy.evaluation import EvalReport
 from whale_dspy.harness import HarnessProgram, HarnessSource
 from whale_dspy.protocols import SPLITS
@@ -62,12 +63,19 @@ def add_harness_arguments(parser: argparse.ArgumentParser) -> None:
 
 def resolve_harness(name_or_file: str | None, domain: str, *, trusted: bool = False) -> HarnessSource:
     """A harness file path (vouched for only when `trusted`), or a seed harness by domain or stem."""
-    from harness_programs import seed_harness
+    from domains import DOMAINS, domain_entry
+    from harness_programs import seed_harness, seed_harness_stems
 
     if name_or_file and Path(name_or_file).is_file():
         source = HarnessSource.from_path(name_or_file)
         return source.vouched() if trusted else source
-    return seed_harness(name_or_file or domain)
+    name = name_or_file or domain
+    if name.partition(":")[0] in DOMAINS:
+        return seed_harness(domain_entry(name).seed_harness)
+    if name not in seed_harness_stems():
+        valid = ", ".join(sorted({*DOMAINS, *seed_harness_stems()}))
+        raise ConfigError(f"no harness file or seed harness {name!r}; valid names are {valid}")
+    return seed_harness(name)
 
 
 def eval_sampling(args: argparse.Namespace) -> dict[str, Any]:

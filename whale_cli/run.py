@@ -26,6 +26,7 @@ from whale_cli.wiring import (
     RunData,
     RunSettings,
     add_run_arguments,
+    add_seed_argument,
     load_data,
     make_backend,
     make_optimizer,
@@ -43,7 +44,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "run", help="optimize harness and weights (WHALE or a baseline) on a budget"
     )
     add_run_arguments(parser)
-    parser.add_argument("--seed", type=int, help="seed of the phases' sampling and search (default 0)")
+    add_seed_argument(parser)
     parser.add_argument("--run-dir", dest="run_dir", type=Path, help="default runs/DOMAIN-METHOD-seedS")
     parser.add_argument("--resume", type=Path, metavar="RUN_DIR", help="continue the run recorded in RUN_DIR")
     parser.set_defaults(func=run)

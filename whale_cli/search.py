@@ -24,8 +24,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from domains import DOMAIN_HELP
 from whale_cli.eval import add_harness_arguments
-from whale_cli.wiring import DOMAIN_HELP, PROPOSER_HELP, add_agent_arguments, agent_jail, proposer_lm
+from whale_cli.wiring import add_agent_arguments, agent_jail, proposer_help, proposer_lm
 from whale_dspy.backends import RemoteServer
 from whale_dspy.evaluation import InProcessEvaluator
 from whale_dspy.harness import HarnessProgram
@@ -46,7 +47,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--proposer",
         default="mutation",
-        help=PROPOSER_HELP,
+        help=proposer_help(),
     )
     add_agent_arguments(parser)
     parser.add_argument("--model", default="smollm2-135m", help="embedded model name, local folder or hub id")
@@ -76,7 +77,7 @@ def prepare(args: argparse.Namespace) -> dict[str, Any]:
     """Domain, seed harness, tasks, proposer and config: every ConfigError before the server starts."""
     from domains import get_domain
     from optimizers.meta_harness import MetaHarnessConfig
-    from optimizers.proposers import proposer_from_spec
+    from optimizers.proposers import ProposerOptions, proposer_from_spec
     from whale_cli.eval import resolve_harness
 
     domain = get_domain(args.domain)
@@ -98,11 +99,13 @@ def prepare(args: argparse.Namespace) -> dict[str, Any]:
         "config": config,
         "proposer": proposer_from_spec(
             args.proposer,
-            seed=args.seed,
-            prompt_only=args.prompt_only,
-            jail=agent_jail(args.agent_read, args.agent_env, args.agent_network),
-            make_lm=lambda model: proposer_lm(
-                model, RemoteServer(args.server_url) if args.server_url else None
+            ProposerOptions(
+                seed=args.seed,
+                prompt_only=args.prompt_only,
+                jail=agent_jail(args.agent_read, args.agent_env, args.agent_network),
+                make_lm=lambda model: proposer_lm(
+                    model, RemoteServer(args.server_url) if args.server_url else None
+                ),
             ),
         ),
         "searchset": domain.load("search", args.tasks, DATA_SEED),

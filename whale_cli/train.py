@@ -13,9 +13,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from domains import DOMAIN_HELP
 from whale_cli.eval import add_harness_arguments
 from whale_cli.presets import PRESET_HELP, PRESETS, get_preset
-from whale_cli.wiring import DOMAIN_HELP
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 
 import dspy
 
+from domains import DOMAIN_HELP
 from whale_cli.presets import PRESET_HELP, PRESETS, get_preset
 from whale_dspy.backends.vllm_server import ADAPTER_SERVING
 from whale_dspy.errors import ConfigError
@@ -24,7 +25,6 @@ from whale_dspy.harness import HarnessProgram, HarnessSource
 from whale_dspy.protocols import Domain, InferenceBackend
 from whale_dspy.rundir import RunDir
 
-DOMAIN_HELP = "chess, math, math500, search or squad; options as NAME:key=value (e.g. search:score=f1)"
 DATA_SEED = 0
 """Task subsampling does not follow --seed: every method and seed sees the same tasks."""
 
@@ -115,11 +115,24 @@ class RunSettings:
         return cls(**config["cli"])
 
 
-PROPOSER_HELP = (
-    "mutation, guided (mutation that draws first from the edits its failing traces call for), lm:MODEL, "
-    "agent:MODEL, mechanism:MODEL, command:'CMD' (MODEL 'served': the run's own served model)"
-)
-SCHEDULE_HELP = "fixed:E,I or patience:key=value,... (default fixed:0.6,6)"
+def add_seed_argument(parser: argparse.ArgumentParser) -> None:
+    """`--seed` of a single run (`whale compare` takes `--seeds`)."""
+    parser.add_argument(
+        "--seed", type=int, help=f"seed of the phases' sampling and search (default {RunSettings.seed})"
+    )
+
+
+def schedule_help() -> str:
+    from optimizers.schedules import SCHEDULE_HELP
+
+    return f"{SCHEDULE_HELP} (default {RunSettings.schedule})"
+
+
+def proposer_help() -> str:
+    """The proposer registry's forms, and the CLI's own MODEL value."""
+    from optimizers.proposers import PROPOSER_HELP
+
+    return f"{PROPOSER_HELP} (MODEL 'served': the run's own served model)"
 
 
 def add_run_arguments(parser: argparse.ArgumentParser, *, method: bool = True, schedule: bool = True) -> None:
@@ -132,16 +145,22 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, method: bool = True, s
     )  # fmt: skip
     parser.add_argument("--domain", help=DOMAIN_HELP)
     if method:
-        parser.add_argument("--method", choices=tuple(METHODS), help="whale or a baseline (default whale)")
+        parser.add_argument(
+            "--method", choices=tuple(METHODS), help=f"whale or a baseline (default {RunSettings.method})"
+        )
     if schedule:
-        parser.add_argument("--schedule", help=SCHEDULE_HELP)
-    parser.add_argument("--budget", type=int, help="optimization rollouts (default 2000)")
-    parser.add_argument("--model", help="embedded model name, local folder or hub id (default smollm2-135m)")
+        parser.add_argument("--schedule", help=schedule_help())
+    parser.add_argument("--budget", type=int, help=f"optimization rollouts (default {RunSettings.budget})")
+    parser.add_argument(
+        "--model", help=f"embedded model name, local folder or hub id (default {RunSettings.model})"
+    )
     parser.add_argument("--eval-every", dest="eval_every", type=int, help="rollouts between test evaluations")
-    parser.add_argument("--eval-k", dest="eval_k", type=int, help="samples per test task (default 8)")
+    parser.add_argument(
+        "--eval-k", dest="eval_k", type=int, help=f"samples per test task (default {RunSettings.eval_k})"
+    )
     parser.add_argument(
         "--proposer",
-        help=f"harness proposer: {PROPOSER_HELP}",
+        help=f"harness proposer: {proposer_help()}",
     )
     add_agent_arguments(parser, defaults=False)
     parser.add_argument("--preset", choices=tuple(PRESETS), help=f"phase sizes ({PRESET_HELP})")
@@ -156,7 +175,9 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, method: bool = True, s
         "--server-url", dest="server_url",
         help="reuse running servers: one URL, or several comma-separated as replicas (not recorded)",
     )  # fmt: skip
-    parser.add_argument("--replicas", type=int, help="servers the run starts for itself (default 1)")
+    parser.add_argument(
+        "--replicas", type=int, help=f"servers the run starts for itself (default {RunSettings.replicas})"
+    )
     parser.add_argument(
         "--train-device", dest="train_device", help="where the trainer puts the model: cpu, cuda, cuda:N"
     )
@@ -209,13 +230,13 @@ class RunData:
 
 
 def load_data(settings: RunSettings) -> RunData:
-    from domains import get_domain
+    from domains import domain_entry, get_domain
     from harness_programs import seed_harness
 
     domain = get_domain(settings.domain)
     return RunData(
         domain=domain,
-        seed_harness=seed_harness(settings.domain),
+        seed_harness=seed_harness(domain_entry(settings.domain).seed_harness),
         trainset=domain.load("train", settings.train_limit, DATA_SEED),
         searchset=domain.load("search", settings.search_limit, DATA_SEED),
         testset=domain.load("test", settings.test_limit, DATA_SEED),
@@ -343,7 +364,7 @@ def make_phases(settings: RunSettings, backend: InferenceBackend, metric: Callab
     """(weight phase, harness phase, their configs) sized by the preset."""
     from optimizers.meta_harness import MetaHarness, sandboxed_evaluator
     from optimizers.methods import get_method
-    from optimizers.proposers import proposer_from_spec
+    from optimizers.proposers import ProposerOptions, proposer_from_spec
     from optimizers.rft import RejectionSamplingFinetune
     from whale_dspy.training.lora_trainer import LoraTrainer
 
@@ -361,13 +382,13 @@ def make_phases(settings: RunSettings, backend: InferenceBackend, metric: Callab
         config=rft_config,
         run_dir=RunDir(run_dir),
     )
-    proposer = proposer_from_spec(
-        settings.proposer,
+    options = ProposerOptions(
         seed=settings.seed,
         prompt_only=prompt_only,
         jail=settings.agent_jail,
         make_lm=lambda model: proposer_lm(model, backend),
     )
+    proposer = proposer_from_spec(settings.proposer, options)
     meta = MetaHarness(
         proposer=proposer,
         metric=metric,
