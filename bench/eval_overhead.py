@@ -33,12 +33,9 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import httpx
-
-if TYPE_CHECKING:
-    from whale_dspy.backends import VLLMServer
 
 
 def response_format_of(signature) -> dict[str, Any]:
@@ -141,17 +138,6 @@ def tool_seconds(domain, tasks: list, k: int) -> float:
     return time.perf_counter() - started
 
 
-def bench_server(args: argparse.Namespace, tmp: Path) -> VLLMServer:
-    """The embedded server of args.model, not started: the shipped fake vLLM with --tiny."""
-    from whale_dspy.backends import embedded_server
-
-    if not args.tiny:
-        return embedded_server(args.model, run_dir=tmp)
-    from whale_dspy.testing import fake_vllm
-
-    return fake_vllm.server(tmp / "fake-model", tmp / "vllm.log")
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="smollm2-135m")
@@ -170,13 +156,17 @@ def main(argv: list[str] | None = None) -> None:
     from domains import domain_entry, get_domain
     from harness_programs import seed_harness
     from whale_dspy.harness import HarnessProgram
+    from whale_dspy.testing.fake_vllm import embedded_or_fake
 
     domain = get_domain(args.domain)
     tasks = domain.load("test", args.tasks, 0)
     source = seed_harness(args.harness or domain_entry(args.domain).seed_harness)
     program = HarnessProgram(source, domain.signature, domain.tools)
     sides: dict[str, list[dict[str, float]]] = {"framework": [], "direct": []}
-    with tempfile.TemporaryDirectory() as tmp, bench_server(args, Path(tmp)) as server:
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        embedded_or_fake(args.model, Path(tmp), fake=args.tiny) as server,
+    ):
         lm = server.lm(max_tokens=args.max_tokens, temperature=0.0)
         warm = framework(program, tasks, domain, lm, args, Path(tmp) / "warmup.jsonl")
         print(f"warm-up: {warm['seconds']:.1f} s, {warm['calls']} calls", flush=True)

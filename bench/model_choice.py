@@ -31,7 +31,6 @@ import dspy  # noqa: E402
 
 from domains import domain_entry, get_domain  # noqa: E402
 from harness_programs import seed_harness  # noqa: E402
-from whale_dspy.backends import VLLMServer, embedded_server  # noqa: E402
 from whale_dspy.evaluation import evaluate  # noqa: E402
 from whale_dspy.harness import HarnessProgram  # noqa: E402
 from whale_dspy.testing import fake_vllm  # noqa: E402
@@ -39,16 +38,9 @@ from whale_dspy.testing import fake_vllm  # noqa: E402
 FORMATS = {"chat": dspy.ChatAdapter, "json": dspy.JSONAdapter}
 
 
-def server_for(model: str, args: argparse.Namespace, out: Path) -> VLLMServer:
-    """The model's embedded server logging to out/model, not started: the shipped fake vLLM with --tiny."""
-    if not args.tiny:
-        return embedded_server(model, run_dir=out / model)
-    return fake_vllm.server(out / model / "fake-model", out / model / "vllm.log")
-
-
 def measure(model: str, domains: list[str], args: argparse.Namespace, out: Path) -> list[str]:
     rows = []
-    with server_for(model, args, out) as server:
+    with fake_vllm.embedded_or_fake(model, out / model, fake=args.tiny) as server:
         lm = server.lm(max_tokens=args.max_tokens, temperature=1.0)  # sampled, as every run samples
         for name in domains:
             domain = get_domain(name)

@@ -30,12 +30,9 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dspy.utils.callback import BaseCallback
-
-if TYPE_CHECKING:
-    from whale_dspy.backends import VLLMServer
 
 
 class LMTimer(BaseCallback):
@@ -113,17 +110,6 @@ def measure(program, tasks, domain, lm, lm_timer: LMTimer, tool_timer: ToolTimer
     }
 
 
-def bench_server(args: argparse.Namespace, tmp: Path) -> VLLMServer:
-    """The embedded server of args.model, not started: the shipped fake vLLM with --tiny."""
-    from whale_dspy.backends import embedded_server
-
-    if not args.tiny:
-        return embedded_server(args.model, run_dir=tmp)
-    from whale_dspy.testing import fake_vllm
-
-    return fake_vllm.server(tmp / "fake-model", tmp / "vllm.log")
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="smollm2-135m")
@@ -144,6 +130,7 @@ def main(argv: list[str] | None = None) -> None:
     from domains import domain_entry, get_domain
     from harness_programs import seed_harness
     from whale_dspy.harness import HarnessProgram
+    from whale_dspy.testing.fake_vllm import embedded_or_fake
 
     domain = get_domain(args.domain)
     pool = iter(domain.load("test", None, 0))
@@ -159,7 +146,10 @@ def main(argv: list[str] | None = None) -> None:
         return [next(pool) for _ in range(count)]
 
     rows: list[tuple[str, dict[str, Any]]] = []
-    with tempfile.TemporaryDirectory() as tmp, bench_server(args, Path(tmp)) as server:
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        embedded_or_fake(args.model, Path(tmp), fake=args.tiny) as server,
+    ):
         lm = server.lm(max_tokens=args.max_tokens, temperature=0.0)
         lm.callbacks = [lm_timer]
         run(take(2), 2, 1)  # warm-up

@@ -18,7 +18,14 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 from whale_cli.report import print_phases, print_summary, write_outputs
 from whale_cli.settings_file import given_settings
@@ -83,7 +90,8 @@ def served(backend: InferenceBackend) -> Iterator[InferenceBackend]:
 
 
 class RunProgress:
-    """Rich progress for one run: rollouts spent out of the budget, the current phase, test scores."""
+    """Rich progress for one run: rollouts spent out of the budget and the time left at this pace,
+    the current phase and its steps, and each test score as it comes."""
 
     def __init__(self, console: Console, settings: RunSettings):
         self.progress = Progress(
@@ -91,6 +99,8 @@ class RunProgress:
             BarColumn(),
             MofNCompleteColumn(),
             TimeElapsedColumn(),
+            TextColumn("left"),
+            TimeRemainingColumn(),
             console=console,
         )
         self.rollouts = self.progress.add_task(f"{settings.method} rollouts", total=settings.budget)

@@ -41,6 +41,16 @@ def server(
     return VLLMServer(str(model_dir), log_path=log_path, command=command(record, delay), **options)
 
 
+def embedded_or_fake(model: str, folder: Path, *, fake: bool) -> Any:
+    """The embedded server of `model` in `folder` (not started), or with `fake` this fake in its
+    place: a bench script's tiny mode, which CI runs so that no script rots."""
+    if not fake:
+        from whale_dspy.backends import embedded_server
+
+        return embedded_server(model, run_dir=folder)
+    return server(Path(folder) / "fake-model", Path(folder) / "vllm.log")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)
