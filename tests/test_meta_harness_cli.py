@@ -52,6 +52,32 @@ def test_search_on_a_fake_backend_writes_archive_and_test_report(tmp_path):
     assert "Meta-Harness iterations" in out.getvalue() and "held-out test" in out.getvalue()
 
 
+def test_a_search_from_a_weight_checkpoint_runs_every_rollout_through_that_adapter(tmp_path):
+    folder = tmp_path / "policy-s0007"
+    folder.mkdir()
+    argv = ("--domain", "math", "--tasks", "2", "--test-tasks", "2", "--iterations", "1", "--eval-k", "1")
+    args = parse(
+        *argv,
+        "--candidates",
+        "1",
+        "--run-dir",
+        str(tmp_path / "run"),
+        "--no-sandbox",
+        "--adapter",
+        str(folder),
+    )
+    backend = FakeBackend(ScriptedLM({"": {"answer": "18"}}))
+    assert search.search(search.prepare(args), backend, args, Console(file=io.StringIO())) == 0
+    [name] = backend.loaded
+    assert name.startswith("search-policy-s0007-") and backend.loaded[name].path == str(folder.resolve())
+    traces = [tmp_path / "run" / "test_h0.jsonl", *(tmp_path / "run" / "archive").glob("c*/traces.jsonl")]
+    rollouts = [json.loads(line) for path in traces for line in path.read_text().splitlines()]
+    assert len(rollouts) >= 4 and {r["adapter"] for r in rollouts} == {name}  # search and test alike
+    assert {call["model"] for r in rollouts for call in r["lm_calls"]} == {name}
+    report = json.loads((tmp_path / "run" / "search_report.json").read_text())
+    assert report["adapter"] == str(folder.resolve())
+
+
 def test_search_is_sandboxed_unless_told_otherwise():
     setup = search.prepare(parse("--domain", "math", "--threads", "3"))
     contained = search.search_evaluator(parse("--domain", "math", "--threads", "3"), setup["config"])

@@ -78,6 +78,19 @@ def resolve_harness(name_or_file: str | None, domain: str, *, trusted: bool = Fa
     return seed_harness(name)
 
 
+def load_adapter_folder(backend: Any, folder: str | None, model: str, purpose: str) -> str | None:
+    """Load a LoRA adapter folder (`--adapter`) into the started backend under a fresh name; None
+    (the base weights) without one."""
+    from whale_dspy.records import AdapterRef
+
+    if not folder:
+        return None
+    name = f"{purpose}-{Path(folder).name}-{int(time.time())}"
+    # The served base (a resolved folder), not the model's short name: load_adapter checks it.
+    backend.load_adapter(AdapterRef(name, str(Path(folder).resolve()), backend.base_model or model))
+    return name
+
+
 def eval_sampling(args: argparse.Namespace) -> dict[str, Any]:
     """The preset's sampling with the flags given laid over it."""
     given = {"temperature": args.temperature, "max_tokens": args.max_tokens}
@@ -95,7 +108,6 @@ def run(args: argparse.Namespace) -> int:
     from domains import get_domain
     from whale_cli.run import served
     from whale_cli.wiring import backend_for_model
-    from whale_dspy.records import AdapterRef
     from whale_dspy.sandbox import ContainedEvaluator
 
     domain = get_domain(args.domain)
@@ -106,12 +118,7 @@ def run(args: argparse.Namespace) -> int:
     with served(backend_for_model(args.model, out, args.server_url)) as backend:
         model_served = backend.served_model()  # what ran, whatever --model said
         serving = backend.serving()
-        adapter_name = None
-        if args.adapter:
-            adapter_name = f"eval-{Path(args.adapter).name}-{int(time.time())}"
-            # The served base (a resolved folder), not the model's short name: load_adapter checks it.
-            base = backend.base_model or args.model
-            backend.load_adapter(AdapterRef(adapter_name, str(Path(args.adapter).resolve()), base))
+        adapter_name = load_adapter_folder(backend, args.adapter, args.model, "eval")
         lm = backend.lm(adapter=adapter_name, **eval_sampling(args))
         program = HarnessProgram(source, domain.signature, domain.tools, lm=lm, adapter_name=adapter_name)
         with adapter_context(args.output_format), _progress(len(examples) * args.k) as advance:

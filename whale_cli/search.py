@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.table import Table
 
 from domains import DOMAIN_HELP
-from whale_cli.eval import add_harness_arguments
+from whale_cli.eval import add_harness_arguments, load_adapter_folder
 from whale_cli.wiring import add_agent_arguments, agent_jail, proposer_help, proposer_lm
 from whale_dspy.backends import RemoteServer
 from whale_dspy.evaluation import InProcessEvaluator
@@ -52,6 +52,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_agent_arguments(parser)
     parser.add_argument("--model", default="smollm2-135m", help="embedded model name, local folder or hub id")
     add_harness_arguments(parser)
+    parser.add_argument(
+        "--adapter",
+        default=None,
+        help="LoRA adapter folder: search harnesses for these weights (a weight phase's checkpoint; "
+        "default: base)",
+    )
     parser.add_argument("--iterations", type=int, default=15, help="at most N iterations after h0")
     parser.add_argument("--min-iterations", dest="min_iterations", type=int, default=None)
     parser.add_argument("--patience", type=int, default=2, help="stop after N iterations without a gain")
@@ -205,8 +211,10 @@ def search(
     from optimizers.meta_harness import MetaHarness
 
     domain, run_dir = setup["domain"], setup["run_dir"]
-    lm = backend.lm(temperature=setup["config"].temperature)  # the search's sampling, test included
-    student = HarnessProgram(setup["source"], domain.signature, domain.tools, lm=lm)
+    adapter = load_adapter_folder(backend, args.adapter, args.model, "search")
+    # the search's sampling, test included
+    lm = backend.lm(adapter=adapter, temperature=setup["config"].temperature)
+    student = HarnessProgram(setup["source"], domain.signature, domain.tools, lm=lm, adapter_name=adapter)
     optimizer = MetaHarness(
         proposer=setup["proposer"],
         metric=domain.metric,
@@ -233,6 +241,7 @@ def search(
     }
     console.print(test_table(results, args.eval_k))
     record = {"search": asdict(best.report), "test": results, "served_model": backend.served_model()}
+    record["adapter"] = str(Path(args.adapter).resolve()) if args.adapter else None
     record["serving"] = backend.serving()
     record["environment"] = environment()
     if best_label in reports:  # a best unlike h0, on the same tasks and sample ids: pair them
