@@ -9,7 +9,7 @@ the schedules can be tested one step at a time. Both decisions are asked
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any, ClassVar
 
@@ -57,6 +57,17 @@ class Fixed:
 
     def spec(self) -> str:
         return f"fixed:{self.epochs:g},{self.iterations}"
+
+    @classmethod
+    def parse(cls, body: str) -> Fixed:
+        """The schedule from the text after `fixed:`."""
+        parts = [p.strip() for p in body.split(",")]
+        if len(parts) != 2 or not all(parts):
+            raise ConfigError(f"fixed schedule needs two values E,I (e.g. fixed:0.6,6), got {body!r}")
+        return cls(
+            epochs=float(_number(parts[0], "fixed schedule E")),
+            iterations=_number(parts[1], "fixed schedule I"),
+        )
 
 
 def window_means(rewards: Sequence[float], window: int) -> list[float]:
@@ -150,6 +161,20 @@ class Patience:
             f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in asdict(self).items()
         )
 
+    @classmethod
+    def parse(cls, body: str) -> Patience:
+        """The schedule from the text after `patience:`."""
+        valid = [f.name for f in fields(Patience)]
+        values: dict[str, Any] = {}
+        for item in filter(None, (p.strip() for p in body.split(","))):
+            key, sep, text = item.partition("=")
+            key = key.strip()
+            if not sep or key not in valid:
+                raise ConfigError(f"patience schedule: bad entry {item!r}; valid keys are {', '.join(valid)}")
+            number = _number(text.strip(), f"patience schedule {key}")
+            values[key] = float(number) if key == "min_delta" else number
+        return cls(**values)
+
 
 Schedule = Fixed | Patience
 
@@ -169,33 +194,10 @@ def _number(text: str, what: str) -> float | int:
         raise ConfigError(f"{what}: {text!r} is not a number") from None
 
 
-def _parse_fixed(body: str) -> Fixed:
-    parts = [p.strip() for p in body.split(",")]
-    if len(parts) != 2 or not all(parts):
-        raise ConfigError(f"fixed schedule needs two values E,I (e.g. fixed:0.6,6), got {body!r}")
-    return Fixed(
-        epochs=float(_number(parts[0], "fixed schedule E")), iterations=_number(parts[1], "fixed schedule I")
-    )
-
-
-def _parse_patience(body: str) -> Patience:
-    valid = [f.name for f in fields(Patience)]
-    values: dict[str, Any] = {}
-    for item in filter(None, (p.strip() for p in body.split(","))):
-        key, sep, text = item.partition("=")
-        key = key.strip()
-        if not sep or key not in valid:
-            raise ConfigError(f"patience schedule: bad entry {item!r}; valid keys are {', '.join(valid)}")
-        number = _number(text.strip(), f"patience schedule {key}")
-        values[key] = float(number) if key == "min_delta" else number
-    return Patience(**values)
-
-
 @dataclass(frozen=True)
 class ScheduleKind:
     cls: type[Schedule]
-    parse: Callable[[str], Schedule]
-    """Reads the text after `kind:`."""
+    """Owns its parsing (`cls.parse(text after "kind:")`) and its serialized form (`to_dict`)."""
     form: str
     about: str
 
@@ -203,18 +205,16 @@ class ScheduleKind:
 SCHEDULES: dict[str, ScheduleKind] = {
     Fixed.kind: ScheduleKind(
         Fixed,
-        _parse_fixed,
         "fixed:E,I (e.g. fixed:0.6,6)",
         "E epochs of weight steps, then I harness iterations",
     ),
     Patience.kind: ScheduleKind(
         Patience,
-        _parse_patience,
         "patience:key=value,... (e.g. patience:weight_patience=3)",
         "leave a phase when its signal stops improving",
     ),
 }
-"""The one registry of schedule kinds: adding one is its class and parser plus an entry here."""
+"""The one registry of schedule kinds: adding one is its class plus an entry here."""
 
 SCHEDULE_FORMS = " or ".join(kind.form for kind in SCHEDULES.values())
 SCHEDULE_HELP = "; ".join(f"{kind.form}: {kind.about}" for kind in SCHEDULES.values())
@@ -225,7 +225,7 @@ def parse_schedule(text: str) -> Schedule:
     name, _, body = text.strip().partition(":")
     if name not in SCHEDULES:
         raise ConfigError(f"unknown schedule {text!r}; use {SCHEDULE_FORMS}")
-    return SCHEDULES[name].parse(body)
+    return SCHEDULES[name].cls.parse(body)
 
 
 def schedule_from_dict(data: dict[str, Any]) -> Schedule:
