@@ -3,6 +3,7 @@ and `whale config show` printing them back as a file that reads the same."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -124,3 +125,27 @@ def test_whale_eval_samples_as_the_run_it_checks_unless_told_otherwise() -> None
     assert eval_sampling(build_parser().parse_args(["eval", "--domain", "math"])) == run
     told = build_parser().parse_args(["eval", "--domain", "math", "--preset", "gpu", "--temperature", "0.2"])
     assert eval_sampling(told) == {**PRESETS["gpu"].sampling(), "temperature": 0.2}
+
+
+def test_a_gpu_settings_file_is_checked_and_sized_on_cpu(tmp_path: Path, capsys) -> None:
+    model = tmp_path / "model"
+    model.mkdir()
+    shape = {"num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2, "hidden_size": 896}
+    (model / "config.json").write_text(json.dumps(shape))
+    path = tmp_path / "gpu.toml"
+    path.write_text(f'domain = "math"\npreset = "gpu"\nmodel = "{model}"\ngpu_memory_gib = [141]\n')
+    assert main(["config", "show", "--config", str(path)]) == 0
+    shown = capsys.readouterr().out
+    assert RunSettings(**read_settings_file(_written(tmp_path, shown))).gpu_memory_gib == (141.0,)
+    block = shown.split("# resolved", 1)[1].splitlines()[1:]
+    resolved = json.loads("\n".join(line.removeprefix("# ") for line in block))
+    assert resolved["gpu_sizing"]["train_device"] == "cuda:0" and resolved["weight_phase"]["threads"] == 64
+    path.write_text('domain = "math"\ngpu_memory_gib = ["big"]\n')
+    with pytest.raises(ConfigError, match="list of numbers"):
+        read_settings_file(path)
+
+
+def _written(folder: Path, text: str) -> Path:
+    path = folder / "shown.toml"
+    path.write_text(text)
+    return path

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Any
 
 from whale_cli.settings_file import settings_from_args, settings_toml
 from whale_cli.wiring import add_run_arguments, add_seed_argument
@@ -37,7 +38,14 @@ def run(args: argparse.Namespace) -> int:
     get_method(settings.method, weight_share=settings.weight_share)
     parse_schedule(settings.schedule)
     print(settings_toml(settings), end="")
-    resolved = {"sampling": settings.sampling, "weight_phase": settings.rft_config().to_dict()}
+    resolved: dict[str, Any] = {"sampling": settings.sampling}
+    try:
+        sizing = settings.gpu_sizing()
+    except ConfigError as error:  # a GPU file checked where no GPU is: say what sizing needs
+        sizing, resolved["gpu_sizing"] = None, f"not sized here: {error}"
+    if sizing is not None:
+        resolved["gpu_sizing"] = sizing.to_dict()
+    resolved["weight_phase"] = settings.rft_config(sizing).to_dict()
     print("\n# resolved (not settings: derived from the preset and the settings above):")
     for line in json.dumps(resolved, indent=2).splitlines():
         print(f"# {line}")

@@ -24,6 +24,9 @@ class Preset:
     """Builds the weight phase's RFTConfig from the run's overrides (seed, run_tag)."""
     meta_harness: Mapping[str, Any] = field(default_factory=dict)
     """MetaHarnessConfig fields that size the harness phase."""
+    sized_on_gpu: bool = False
+    """A run under it is sized from the model and the GPUs when it starts (`gpu_sizing`): the KV
+    cache, the concurrent rollouts of both phases, the trainer's device and gradient checkpointing."""
 
     def sampling(self) -> dict[str, Any]:
         """LM request settings of every program a run binds and evaluates: the weight phase's, so
@@ -51,7 +54,8 @@ def _gpu_rft(**overrides: Any) -> Any:
 
 PRESETS: dict[str, Preset] = {
     "cpu": Preset("the embedded models on a few CPU cores", _cpu_rft, {"tasks": 8}),
-    "gpu": Preset("a 2B-class model on one GPU", _gpu_rft, {"threads": 64}),
+    # 64 search tasks per candidate: one wave of the sized threads (WHALE's own used 256)
+    "gpu": Preset("a 0.5-4B model on one or more GPUs, sized from both", _gpu_rft, {"tasks": 64}, True),
 }
 
 PRESET_HELP = "; ".join(f"{name}: {preset.about}" for name, preset in PRESETS.items())

@@ -24,6 +24,7 @@ TOML_TYPES: dict[str, tuple[type, ...]] = {
     "float": (int, float),
     "bool": (bool,),
     "tuple[str, ...]": (list,),
+    "tuple[float, ...]": (list,),
 }
 """RunSettings annotations (without `| None`) -> the TOML value types that may spell them."""
 
@@ -49,6 +50,10 @@ def read_settings_file(path: Path) -> dict[str, Any]:
             raise ConfigError(f"{path}: {key} must be {kind}, got {value!r}")
         if kind == "tuple[str, ...]" and not all(isinstance(item, str) for item in value):
             raise ConfigError(f"{path}: {key} must be a list of strings, got {value!r}")
+        if kind == "tuple[float, ...]" and not all(
+            isinstance(item, int | float) and not isinstance(item, bool) for item in value
+        ):
+            raise ConfigError(f"{path}: {key} must be a list of numbers, got {value!r}")
     return data
 
 

@@ -67,6 +67,9 @@ class RunSettings:
     train_launcher: tuple[str, ...] = ()
     """A command prefix that runs each training elsewhere (`ssh trainhost`, `srun --gres=gpu:1`), with
     the run folder at the same path there (see LoraTrainer)."""
+    gpu_memory_gib: tuple[float, ...] = ()
+    """Each GPU's memory, for sizing a GPU preset's run; default what torch sees when the run starts
+    (give it to size a run, or check a GPU settings file, on a machine without the GPUs)."""
 
     def __post_init__(self) -> None:
         get_preset(self.preset)
@@ -81,6 +84,7 @@ class RunSettings:
         object.__setattr__(self, "agent_read", tuple(str(Path(p).resolve()) for p in self.agent_read))
         object.__setattr__(self, "agent_env", tuple(self.agent_env))
         object.__setattr__(self, "train_launcher", tuple(self.train_launcher))
+        object.__setattr__(self, "gpu_memory_gib", tuple(float(gib) for gib in self.gpu_memory_gib))
         if self.train_device is not None:
             self.rft_config()  # the trainer's config checks the device now, before anything starts
 
@@ -94,13 +98,37 @@ class RunSettings:
         """Test evaluations every this many rollouts (default: ten points over the budget)."""
         return self.eval_every or max(1, self.budget // 10)
 
-    def rft_config(self) -> Any:
-        """The preset's weight-phase settings, tagged so that runs sharing a server never share names."""
+    def rft_config(self, sizing: Any = None) -> Any:
+        """The preset's weight-phase settings, tagged so that runs sharing a server never share names,
+        with a GPU run's `sizing` (threads, trainer device, gradient checkpointing) laid over them."""
         tag = self.run_tag or f"{self.method}-{self.seed}"
         config = get_preset(self.preset).rft_config(seed=self.seed, run_tag=tag)
-        if self.train_device is None:
-            return config
-        return replace(config, training=replace(config.training, device=self.train_device))
+        training = config.training
+        if sizing is not None:
+            config = replace(config, threads=sizing.threads)
+            training = replace(
+                training, device=sizing.train_device, gradient_checkpointing=sizing.gradient_checkpointing
+            )
+        if self.train_device is not None:
+            training = replace(training, device=self.train_device)
+        return replace(config, training=training)
+
+    def gpu_sizing(self) -> Any:
+        """How a GPU preset's run is sized for this model on these GPUs (None for other presets);
+        ConfigError when no GPU is visible and none is given."""
+        if not get_preset(self.preset).sized_on_gpu:
+            return None
+        from whale_dspy.backends.gpu_sizing import size_gpu_run, visible_gpu_gib
+        from whale_dspy.models import resolve_model
+
+        gpus = list(self.gpu_memory_gib) or visible_gpu_gib()
+        if not gpus:
+            raise ConfigError(
+                f"the {self.preset} preset sizes the run from the GPUs' memory and none is visible here: "
+                "give --gpu-memory-gib (e.g. 141 for one H200) to size it on this machine"
+            )
+        longest = get_preset(self.preset).rft_config().training.max_length  # the longest trace trained
+        return size_gpu_run(resolve_model(self.model), gpus, tokens_per_rollout=longest)
 
     @property
     def sampling(self) -> dict[str, Any]:
@@ -182,6 +210,10 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, method: bool = True, s
         "--train-device", dest="train_device", help="where the trainer puts the model: cpu, cuda, cuda:N"
     )
     parser.add_argument(
+        "--gpu-memory-gib", dest="gpu_memory_gib", type=float, action="append", metavar="GIB",
+        help="a GPU's memory for sizing a gpu preset run (repeat per GPU; default: what torch sees)",
+    )  # fmt: skip
+    parser.add_argument(
         "--train-launcher", dest="train_launcher", type=shlex.split, metavar="CMD",
         help="run each training through this command prefix (e.g. 'ssh trainhost'; shared run folder)",
     )  # fmt: skip
@@ -249,6 +281,7 @@ def name_part(text: str, default: str) -> str:
 
 
 def make_backend(settings: RunSettings, log_dir: Path, server_url: str | None = None) -> InferenceBackend:
+    sizing = None if server_url else settings.gpu_sizing()  # a server someone else runs is sized
     return backend_for_model(
         settings.model,
         log_dir,
@@ -256,6 +289,7 @@ def make_backend(settings: RunSettings, log_dir: Path, server_url: str | None = 
         adapters=settings.adapters,
         replicas=settings.replicas,
         adapter_store=settings.adapter_store,
+        **({"kv_cache_gib": sizing.kv_cache_gib} if sizing else {}),
     )
 
 
@@ -267,9 +301,10 @@ def backend_for_model(
     adapters: str = "auto",
     replicas: int = 1,
     adapter_store: str | None = None,
+    **server_options: Any,
 ) -> InferenceBackend:
     """Running servers at `server_url` (several, comma-separated: a replica set) serving `model`, or
-    the run's own (`replicas` of them), not started yet."""
+    the run's own (`replicas` of them, each built with `server_options`), not started yet."""
     from whale_dspy.backends import AdapterStore, RemoteServer, ReplicaSet, embedded_server
     from whale_dspy.backends.vllm_server import cpu_build, split_cores
     from whale_dspy.models import resolve_model
@@ -285,7 +320,7 @@ def backend_for_model(
     if len(urls) == 1:
         return RemoteServer(urls[0], base_model=resolve_model(model))
     if not urls and replicas == 1:
-        return embedded_server(model, run_dir=log_dir, adapters=adapters)
+        return embedded_server(model, run_dir=log_dir, adapters=adapters, **server_options)
     store = AdapterStore(Path(adapter_store) if adapter_store else log_dir / "adapter-store")
     if urls:
         base = resolve_model(model)  # once for the set: every replica serves the same base
@@ -298,6 +333,7 @@ def backend_for_model(
             adapters="runtime",
             adapter_store=store.root,
             cpu_cores=group,
+            **server_options,
         )
         for index, group in enumerate(cores)
     ]
@@ -369,9 +405,11 @@ def make_phases(settings: RunSettings, backend: InferenceBackend, metric: Callab
     from whale_dspy.training.lora_trainer import LoraTrainer
 
     prompt_only = get_method(settings.method).prompt_only
-    rft_config = settings.rft_config()
+    sizing = settings.gpu_sizing()
+    rft_config = settings.rft_config(sizing)
     preset = get_preset(settings.preset)
-    meta_config = preset.meta_harness_config(seed=settings.seed, prompt_only=prompt_only)
+    sized = {"threads": sizing.threads} if sizing else {}
+    meta_config = preset.meta_harness_config(seed=settings.seed, prompt_only=prompt_only, **sized)
     rft = RejectionSamplingFinetune(
         backend=backend,
         # A shared server may be sampling for other runs while this one trains (see LoraTrainer).

@@ -1,0 +1,75 @@
+"""A GPU run sized from the model's attention shape and the GPUs' memory, checked on CPU."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from whale_cli.wiring import RunSettings, make_backend
+from whale_dspy.backends.gpu_sizing import MAX_THREADS, kv_bytes_per_token, size_gpu_run
+from whale_dspy.errors import ConfigError
+
+QWEN25_05B = {
+    "num_hidden_layers": 24,
+    "num_attention_heads": 14,
+    "num_key_value_heads": 2,
+    "hidden_size": 896,
+}
+QWEN3_4B = {"num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128}
+
+
+def model_folder(tmp_path, config: dict, weights_gib: float):
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(config))
+    with (folder / "model.safetensors").open("wb") as handle:
+        handle.truncate(int(weights_gib * 2**30))  # sparse: only its size is read
+    return folder
+
+
+def test_the_kv_cache_per_token_follows_the_attention_shape():
+    assert kv_bytes_per_token(QWEN25_05B) == 2 * 24 * 2 * 64 * 2
+    # 2 GiB holds about 14k tokens of a 4B Qwen3 (the issue's figure) and about 174k of the 0.5B
+    assert 14_000 < 2 * 2**30 // kv_bytes_per_token(QWEN3_4B) < 15_000
+    assert 170_000 < 2 * 2**30 // kv_bytes_per_token(QWEN25_05B) < 180_000
+    with pytest.raises(ConfigError, match="attention shape"):
+        kv_bytes_per_token({"num_hidden_layers": 4})
+
+
+def test_one_gpu_is_shared_with_a_checkpointing_trainer_and_two_give_it_its_own(tmp_path):
+    folder = model_folder(tmp_path, QWEN3_4B, weights_gib=8.0)
+    shared = size_gpu_run(folder, [141.0], tokens_per_rollout=4096)
+    assert shared.kv_cache_gib == pytest.approx(0.5 * 141 - 8 - 2, abs=0.01)
+    assert (shared.train_device, shared.gradient_checkpointing, shared.threads) == (
+        "cuda:0",
+        True,
+        MAX_THREADS,
+    )
+    own = size_gpu_run(folder, [80.0, 80.0], tokens_per_rollout=4096)
+    assert own.kv_cache_gib == pytest.approx(0.9 * 80 - 8 - 2, abs=0.01)
+    assert (own.train_device, own.gradient_checkpointing) == ("cuda:1", False)
+    small = size_gpu_run(folder, [24.0], tokens_per_rollout=4096)  # 2 GiB of cache: 3 rollouts of 4k
+    assert small.threads == int(2 * 2**30 // kv_bytes_per_token(QWEN3_4B) // 4096) == 3
+    with pytest.raises(ConfigError, match="leave no KV cache"):
+        size_gpu_run(folder, [16.0], tokens_per_rollout=4096)
+    with pytest.raises(ConfigError, match="memory in GiB"):
+        size_gpu_run(folder, [], tokens_per_rollout=4096)
+
+
+def test_a_gpu_preset_run_is_sized_on_cpu_when_told_the_gpus_and_refused_when_not(tmp_path):
+    folder = model_folder(tmp_path, QWEN3_4B, weights_gib=8.0)
+    settings = RunSettings(domain="math", preset="gpu", model=str(folder), gpu_memory_gib=(24,))
+    sizing = settings.gpu_sizing()
+    config = settings.rft_config(sizing)
+    assert config.threads == sizing.threads == 3 and config.training.gradient_checkpointing
+    assert config.training.device == "cuda:0"
+    moved = RunSettings(
+        domain="math", preset="gpu", model=str(folder), gpu_memory_gib=(24,), train_device="cuda:2"
+    )
+    assert moved.rft_config(moved.gpu_sizing()).training.device == "cuda:2"  # the setting wins
+    server = make_backend(settings, tmp_path / "logs")
+    assert server.kv_cache_gib == sizing.kv_cache_gib  # the run's own server gets the sized cache
+    assert RunSettings(domain="math", model=str(folder)).gpu_sizing() is None  # the cpu preset
+    with pytest.raises(ConfigError, match="--gpu-memory-gib"):
+        RunSettings(domain="math", preset="gpu", model=str(folder)).gpu_sizing()  # no GPU here
