@@ -11,6 +11,7 @@ import pytest
 from whale_cli.main import build_parser, main
 from whale_cli.settings_file import read_settings_file, settings_from_args
 from whale_cli.wiring import RunSettings
+from whale_dspy.backends.gpu_sizing import kv_bytes_per_token
 from whale_dspy.errors import ConfigError
 
 
@@ -149,3 +150,21 @@ def _written(folder: Path, text: str) -> Path:
     path = folder / "shown.toml"
     path.write_text(text)
     return path
+
+
+def test_whale_run_dry_run_checks_and_prints_the_resolved_settings_and_starts_nothing(tmp_path: Path, capsys):
+    model = tmp_path / "model"
+    model.mkdir()
+    shape = {"num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128}
+    (model / "config.json").write_text(json.dumps(shape))
+    path = tmp_path / "gpu.toml"
+    path.write_text(f'domain = "math"\npreset = "gpu"\nmodel = "{model}"\n')
+    run_dir = tmp_path / "run"
+    argv = ["run", "--config", str(path), "--gpu-memory-gib", "24", "--run-dir", str(run_dir), "--dry-run"]
+    assert main(argv) == 0
+    shown = capsys.readouterr().out
+    threads = int((0.5 * 24 - 2) * 2**30 // kv_bytes_per_token(shape) // 4096)  # 10 GiB of cache
+    assert 'preset = "gpu"' in shown and f'"threads": {threads},' in shown and threads < 64
+    assert not run_dir.exists()
+    path.write_text('domain = "math"\nschedule = "fixed:x"\n')
+    assert main(["run", "--config", str(path), "--dry-run"]) == 2  # a bad value is still refused

@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 from whale_cli.settings_file import settings_from_args, settings_toml
-from whale_cli.wiring import add_run_arguments, add_seed_argument
+from whale_cli.wiring import RunSettings, add_run_arguments, add_seed_argument
 from whale_dspy.errors import ConfigError
 
 
@@ -26,14 +26,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from domains import get_domain
-    from optimizers.methods import get_method
-    from optimizers.schedules import parse_schedule
-
     try:
         settings = settings_from_args(args)
     except TypeError as error:  # RunSettings' one required field
         raise ConfigError("the settings need a domain: --domain, or `domain = ...` in the file") from error
+    show_settings(settings)
+    return 0
+
+
+def show_settings(settings: RunSettings) -> None:
+    """Check the names the settings hold, then print them as a settings file with what they resolve to
+    as comments (`whale config show`, `whale run --dry-run`)."""
+    from domains import get_domain
+    from optimizers.methods import get_method
+    from optimizers.schedules import parse_schedule
+
     get_domain(settings.domain)
     get_method(settings.method, weight_share=settings.weight_share)
     parse_schedule(settings.schedule)
@@ -49,4 +56,3 @@ def run(args: argparse.Namespace) -> int:
     print("\n# resolved (not settings: derived from the preset and the settings above):")
     for line in json.dumps(resolved, indent=2).splitlines():
         print(f"# {line}")
-    return 0

@@ -54,6 +54,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_seed_argument(parser)
     parser.add_argument("--run-dir", dest="run_dir", type=Path, help="default runs/DOMAIN-METHOD-seedS")
     parser.add_argument("--resume", type=Path, metavar="RUN_DIR", help="continue the run recorded in RUN_DIR")
+    parser.add_argument(
+        "--dry-run", dest="dry_run", action="store_true",
+        help="check the settings and print them resolved (as `whale config show`); start nothing",
+    )  # fmt: skip
     parser.set_defaults(func=run)
 
 
@@ -158,6 +162,11 @@ def execute(
 
 def run(args: argparse.Namespace) -> int:
     settings, run_dir = resolve(args)
+    if args.dry_run:
+        from whale_cli.config import show_settings
+
+        show_settings(settings)
+        return 0
     data = load_data(settings)
     with served(make_backend(settings, run_dir, args.server_url)) as backend:
         execute(settings, run_dir, backend, data)
