@@ -159,6 +159,15 @@ def test_the_cpu_build_prefills_whole_prompts_only_where_our_vllm_plugin_does_no
     assert not [flag for flag in absent if flag in argv]
 
 
+def test_the_thinking_switch_is_every_requests_template_default(tmp_path: Path) -> None:
+    server = VLLMServer("m", log_path=tmp_path / "log", chat_template_kwargs={"enable_thinking": False})
+    argv = server._argv("/models/m", 8000)
+    flag = argv.index("--default-chat-template-kwargs")
+    assert json.loads(argv[flag + 1]) == {"enable_thinking": False}
+    assert server.serving()["chat_template_kwargs"] == {"enable_thinking": False}
+    assert "--default-chat-template-kwargs" not in VLLMServer("m", log_path=tmp_path / "l")._argv("/m", 1)
+
+
 def test_a_dead_engine_behind_a_live_api_server_is_unhealthy(tmp_path: Path) -> None:
     import httpx
 

@@ -73,3 +73,11 @@ def test_a_gpu_preset_run_is_sized_on_cpu_when_told_the_gpus_and_refused_when_no
     assert RunSettings(domain="math", model=str(folder)).gpu_sizing() is None  # the cpu preset
     with pytest.raises(ConfigError, match="--gpu-memory-gib"):
         RunSettings(domain="math", preset="gpu", model=str(folder)).gpu_sizing()  # no GPU here
+
+
+def test_the_thinking_switch_reaches_the_runs_own_server_and_its_trainer(tmp_path):
+    folder = model_folder(tmp_path, QWEN25_05B, weights_gib=0.5)
+    settings = RunSettings(domain="math", model=str(folder), thinking=False, adapters="runtime")
+    assert settings.rft_config().training.chat_template_kwargs == {"enable_thinking": False}
+    assert make_backend(settings, tmp_path / "logs").chat_template_kwargs == {"enable_thinking": False}
+    assert RunSettings(domain="math").rft_config().training.chat_template_kwargs == {}  # the template's own

@@ -92,3 +92,30 @@ def test_completion_that_cannot_fit_is_skipped_and_counted(tokenizer):
     assert encoded.skipped == 1
     assert len(encoded.examples) == 1
     assert encoded.completion_tokens == len(ids(tokenizer, "ok" + eot))
+
+
+THINKING_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n"
+    "{% if enable_thinking is defined and not enable_thinking %}<think>\n\n</think>\n\n{% endif %}{% endif %}"
+)
+"""Qwen3's thinking switch, reduced: with enable_thinking false the generation prompt closes an empty
+thinking block, which the served prompt has as well (vLLM's --default-chat-template-kwargs)."""
+
+
+def test_the_trainer_renders_prompts_with_the_servers_thinking_switch(tokenizer):
+    thinking = tokenizer.__class__.from_pretrained(tokenizer.name_or_path)
+    thinking.chat_template = THINKING_TEMPLATE
+    messages = ({"role": "user", "content": "Capital of France?"},)
+    switch = {"enable_thinking": False}
+    off = encode_examples(thinking, [SFTExample(messages, "Paris.")], 512, switch).examples[0]
+    default = encode_examples(thinking, [SFTExample(messages, "Paris.")], 512).examples[0]
+    served = thinking.apply_chat_template(
+        list(messages), add_generation_prompt=True, tokenize=False, **switch
+    )
+        list(messages), add_generation_prompt=True, tokenize=False, **switch
+    )
+    masked = [i for i, label in zip(off.input_ids, off.labels, strict=True) if label == IGNORE]
+    assert thinking.decode(masked) == served and served.endswith("<think>\n\n</think>\n\n")
+    assert "<think>" not in thinking.decode(default.input_ids)  # the template's default: no block
+    assert thinking.decode(off.input_ids[len(masked) :]).startswith("Paris.")  # the target is unchanged

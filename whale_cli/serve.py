@@ -14,6 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
+from whale_cli.wiring import add_thinking_argument
+
 HEALTH_EVERY_S = 30.0
 """Seconds between /health checks; a loaded CPU server can take seconds to answer one."""
 
@@ -62,15 +64,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--adapter-store", dest="adapter_store", type=Path, default=None, metavar="DIR",
         help="serve the adapters in DIR by name on first use (a replica set's store; vLLM's resolver)",
     )  # fmt: skip
+    add_thinking_argument(parser)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from whale_dspy.backends import VLLMServer
+    from whale_dspy.backends.vllm_server import thinking_template_kwargs
 
     log = args.log or Path(tempfile.mkdtemp(prefix="whale-serve-")) / "vllm.log"
     server = VLLMServer(
-        args.model, log_path=log, port=args.port, dtype=args.dtype, adapter_store=args.adapter_store
+        args.model,
+        log_path=log,
+        port=args.port,
+        dtype=args.dtype,
+        adapter_store=args.adapter_store,
+        chat_template_kwargs=thinking_template_kwargs(args.thinking),
     )
     with server:
         print(f"serving {args.model} as '{server.served_name}' at {server.url}/v1 (log {log}); Ctrl-C stops")

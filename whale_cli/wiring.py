@@ -19,7 +19,7 @@ import dspy
 
 from domains import DOMAIN_HELP
 from whale_cli.presets import PRESET_HELP, PRESETS, get_preset
-from whale_dspy.backends.vllm_server import ADAPTER_SERVING
+from whale_dspy.backends.vllm_server import ADAPTER_SERVING, thinking_template_kwargs
 from whale_dspy.errors import ConfigError
 from whale_dspy.harness import HarnessProgram, HarnessSource
 from whale_dspy.protocols import Domain, InferenceBackend
@@ -67,6 +67,11 @@ class RunSettings:
     train_launcher: tuple[str, ...] = ()
     """A command prefix that runs each training elsewhere (`ssh trainhost`, `srun --gres=gpu:1`), with
     the run folder at the same path there (see LoraTrainer)."""
+    thinking: bool | None = None
+    """A chat template's thinking switch (Qwen3's `enable_thinking`), set once for both sides: the
+    run's own servers render every prompt with it and the trainer renders its prompts the same way.
+    None leaves the template's default (a server someone else runs needs the same switch:
+    `whale serve --no-thinking`, or vLLM's `--default-chat-template-kwargs`)."""
     gpu_memory_gib: tuple[float, ...] = ()
     """Each GPU's memory, for sizing a GPU preset's run; default what torch sees when the run starts
     (give it to size a run, or check a GPU settings file, on a machine without the GPUs)."""
@@ -109,9 +114,15 @@ class RunSettings:
             training = replace(
                 training, device=sizing.train_device, gradient_checkpointing=sizing.gradient_checkpointing
             )
+        if self.thinking is not None:
+            training = replace(training, chat_template_kwargs=self.chat_template_kwargs)
         if self.train_device is not None:
             training = replace(training, device=self.train_device)
         return replace(config, training=training)
+
+    @property
+    def chat_template_kwargs(self) -> dict[str, Any]:
+        return thinking_template_kwargs(self.thinking)
 
     def gpu_sizing(self) -> Any:
         """How a GPU preset's run is sized for this model on these GPUs (None for other presets);
@@ -141,6 +152,14 @@ class RunSettings:
         if not config or "cli" not in config:
             raise ConfigError(f"{run_dir} holds no `whale run` (no config.json with its settings)")
         return cls(**config["cli"])
+
+
+def add_thinking_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--thinking", action=argparse.BooleanOptionalAction, default=None,
+        help="the chat template's thinking switch (Qwen3), for serving and training alike "
+        "(default: the template's own)",
+    )  # fmt: skip
 
 
 def add_seed_argument(parser: argparse.ArgumentParser) -> None:
@@ -209,6 +228,7 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, method: bool = True, s
     parser.add_argument(
         "--train-device", dest="train_device", help="where the trainer puts the model: cpu, cuda, cuda:N"
     )
+    add_thinking_argument(parser)
     parser.add_argument(
         "--gpu-memory-gib", dest="gpu_memory_gib", type=float, action="append", metavar="GIB",
         help="a GPU's memory for sizing a gpu preset run (repeat per GPU; default: what torch sees)",
@@ -281,7 +301,11 @@ def name_part(text: str, default: str) -> str:
 
 
 def make_backend(settings: RunSettings, log_dir: Path, server_url: str | None = None) -> InferenceBackend:
-    sizing = None if server_url else settings.gpu_sizing()  # a server someone else runs is sized
+    own: dict[str, Any] = {}  # the run's own servers' options (a server someone else runs is set up)
+    if not server_url and (sizing := settings.gpu_sizing()) is not None:
+        own["kv_cache_gib"] = sizing.kv_cache_gib
+    if not server_url and settings.chat_template_kwargs:
+        own["chat_template_kwargs"] = settings.chat_template_kwargs
     return backend_for_model(
         settings.model,
         log_dir,
@@ -289,7 +313,7 @@ def make_backend(settings: RunSettings, log_dir: Path, server_url: str | None = 
         adapters=settings.adapters,
         replicas=settings.replicas,
         adapter_store=settings.adapter_store,
-        **({"kv_cache_gib": sizing.kv_cache_gib} if sizing else {}),
+        **own,
     )
 
 

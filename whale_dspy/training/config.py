@@ -8,7 +8,8 @@ worker builds from it. The defaults fit the embedded SmolLM2-135M on a CPU;
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, replace
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from whale_dspy.errors import ConfigError
@@ -31,6 +32,9 @@ class LoraTrainingConfig:
     gradient_checkpointing: keep one activation per decoder layer and recompute
     the rest in the backward pass (on a CPU: 0.2-0.3x the step's memory for
     1.2-1.3x its time, bench/RESULTS.md); off in the GPU preset, where time matters more.
+    chat_template_kwargs: what the chat template renders prompts with (Qwen3's
+    `{"enable_thinking": False}`): the serving side's defaults, so the adapter learns each
+    completion after the prompt it was sampled from.
     """
 
     rank: int = 8
@@ -46,6 +50,7 @@ class LoraTrainingConfig:
     device: str = "cpu"
     seed: int = 0
     gradient_checkpointing: bool = True
+    chat_template_kwargs: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "target_modules", tuple(self.target_modules))
@@ -104,7 +109,11 @@ class LoraTrainingConfig:
         return replace(preset, **overrides)
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "target_modules": list(self.target_modules)}
+        return {
+            **asdict(self),
+            "target_modules": list(self.target_modules),
+            "chat_template_kwargs": dict(self.chat_template_kwargs),
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> LoraTrainingConfig:

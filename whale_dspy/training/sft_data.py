@@ -10,7 +10,7 @@ to stop. Pure functions over any Hugging Face tokenizer: no torch needed.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,7 +47,7 @@ class EncodedSet:
         return sum(e.completion_tokens for e in self.examples)
 
 
-def end_of_turn(tokenizer: Any) -> str:
+def end_of_turn(tokenizer: Any, template_kwargs: Mapping[str, Any] | None = None) -> str:
     """The text the chat template puts after an assistant message (e.g. `<|im_end|>`).
 
     Read off a rendered conversation rather than hard-coded, so any chat model
@@ -57,6 +57,7 @@ def end_of_turn(tokenizer: Any) -> str:
     rendered = tokenizer.apply_chat_template(
         [{"role": "user", "content": "x"}, {"role": "assistant", "content": _SENTINEL}],
         tokenize=False,
+        **(template_kwargs or {}),
     )
     if _SENTINEL not in rendered:
         raise ConfigError("the tokenizer's chat template drops assistant content; cannot place the target")
@@ -64,15 +65,22 @@ def end_of_turn(tokenizer: Any) -> str:
     return marker or (tokenizer.eos_token or "")
 
 
-def encode_example(tokenizer: Any, example: SFTExample, max_length: int, eot: str) -> Encoded | None:
+def encode_example(
+    tokenizer: Any,
+    example: SFTExample,
+    max_length: int,
+    eot: str,
+    template_kwargs: Mapping[str, Any] | None = None,
+) -> Encoded | None:
     """Prompt ids (cut from the left to fit) + completion ids; None when the completion cannot fit.
 
     The completion needs at least one prompt token before it (the first label
     is predicted from the token before), so it fits when it is shorter than
-    max_length; completion tokens are never dropped.
+    max_length; completion tokens are never dropped. `template_kwargs`: what the
+    server renders its prompts with (its default chat-template kwargs).
     """
     prompt_text = tokenizer.apply_chat_template(
-        list(example.messages), add_generation_prompt=True, tokenize=False
+        list(example.messages), add_generation_prompt=True, tokenize=False, **(template_kwargs or {})
     )
     prompt = tokenizer(prompt_text, add_special_tokens=False)["input_ids"]
     target = tokenizer(example.completion + eot, add_special_tokens=False)["input_ids"]
@@ -85,9 +93,14 @@ def encode_example(tokenizer: Any, example: SFTExample, max_length: int, eot: st
     )
 
 
-def encode_examples(tokenizer: Any, examples: Sequence[SFTExample], max_length: int) -> EncodedSet:
+def encode_examples(
+    tokenizer: Any,
+    examples: Sequence[SFTExample],
+    max_length: int,
+    template_kwargs: Mapping[str, Any] | None = None,
+) -> EncodedSet:
     """Encode every example; those whose completion alone exceeds max_length are counted, not kept."""
-    eot = end_of_turn(tokenizer)
-    encoded = [encode_example(tokenizer, example, max_length, eot) for example in examples]
+    eot = end_of_turn(tokenizer, template_kwargs)
+    encoded = [encode_example(tokenizer, example, max_length, eot, template_kwargs) for example in examples]
     kept = tuple(e for e in encoded if e is not None)
     return EncodedSet(examples=kept, skipped=len(encoded) - len(kept))

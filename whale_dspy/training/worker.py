@@ -147,7 +147,8 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     config = LoraTrainingConfig.from_dict(spec["config"])
     raw = json.loads(Path(spec["examples"]).read_text())
     tokenizer = AutoTokenizer.from_pretrained(spec["base"])
-    data = encode_examples(tokenizer, [SFTExample.from_dict(d) for d in raw], config.max_length)
+    examples = [SFTExample.from_dict(d) for d in raw]
+    data = encode_examples(tokenizer, examples, config.max_length, config.chat_template_kwargs)
     log.info(
         "%d examples (%d skipped: completion > max_length=%d)", len(raw), data.skipped, config.max_length
     )
