@@ -113,8 +113,6 @@ def test_the_trainer_renders_prompts_with_the_servers_thinking_switch(tokenizer)
     served = thinking.apply_chat_template(
         list(messages), add_generation_prompt=True, tokenize=False, **switch
     )
-        list(messages), add_generation_prompt=True, tokenize=False, **switch
-    )
     masked = [i for i, label in zip(off.input_ids, off.labels, strict=True) if label == IGNORE]
     assert thinking.decode(masked) == served and served.endswith("<think>\n\n</think>\n\n")
     assert "<think>" not in thinking.decode(default.input_ids)  # the template's default: no block
