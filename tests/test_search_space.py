@@ -8,7 +8,7 @@ import json
 import random
 
 import pytest
-from meta_harness_helpers import GOOD, QA, TOY, archive_with, exact, source, tasks
+from meta_harness_helpers import BROKEN, GOOD, QA, TOY, archive_with, exact, source, tasks
 from sandbox_helpers import TEST_LIMITS
 
 from optimizers.proposers import MechanismProposer, MutationProposer
@@ -286,3 +286,17 @@ def test_guided_mutation_draws_the_edits_the_traces_call_for(tmp_path):
     why = "called for by the traces: 4 of 4 failing rollouts: a tool rejected the answer"
     assert why in guided[0].hypothesis
     assert MutationProposer(guided=True).label == "guided" and MutationProposer().label == "mutation"
+
+
+def test_an_edit_whose_candidate_failed_to_build_is_not_drawn_again(tmp_path):
+    choices = EDITS_BY_NAME["answer_from_choices"]
+    refused = source(
+        BROKEN["raising_build"], hypothesis=f"{choices.hypothesis} (called for by the traces: x)"
+    )
+    archive = archive_with(tmp_path / "archive", [[refused]], h0=GOOD)
+    assert archive.get("c0001").stage == "build"
+    drawn = [s for seed in range(60) for s in MutationProposer(seed, guided=True).propose(archive, 3)]
+    assert len(drawn) == 180 and not [s for s in drawn if s.name.endswith("-answer_from_choices")]
+    fresh = archive_with(tmp_path / "fresh", h0=GOOD)  # without the failure the edit is drawn
+    again = [s for seed in range(60) for s in MutationProposer(seed).propose(fresh, 3)]
+    assert [s for s in again if s.name.endswith("-answer_from_choices")]

@@ -32,6 +32,13 @@ GUIDED_SHARE = 0.5
 """The share of a guided proposer's draws taken from the edits the traces call for (the rest explore)."""
 
 
+def refused_at_build(archive: HarnessArchive) -> set[str]:
+    """The hypotheses of candidates that failed to build. An edit's build failure says what the
+    task's tools cannot support (answers from a listing tool where none lists, a vote over an
+    episode's tools), which fails the same way on every parent: such an edit is not drawn again."""
+    return {meta.hypothesis for meta in archive.candidates if meta.stage == "build"}
+
+
 class MutationProposer:
     def __init__(
         self,
@@ -57,7 +64,15 @@ class MutationProposer:
         """Up to k new sources, each one edit away from one of the best candidates."""
         rng = random.Random(derive_seed("mutation", self.seed, len(archive)))
         parents = [archive.source(meta.name) for meta in archive.parents(self.parents)]
-        edits = {parent.name: (*self.edits, *self._from_traces(archive, parent.name)) for parent in parents}
+        refused = refused_at_build(archive)
+        edits = {
+            parent.name: tuple(
+                edit
+                for edit in (*self.edits, *self._from_traces(archive, parent.name))
+                if not any(hypothesis.startswith(edit.hypothesis) for hypothesis in refused)
+            )
+            for parent in parents
+        }
         called_for = {parent.name: self._called_for(archive, parent.name) for parent in parents}
         seen = {meta.digest for meta in archive.candidates}
         out: list[HarnessSource] = []
@@ -65,6 +80,8 @@ class MutationProposer:
             if len(out) == k or not parents:
                 break
             parent = rng.choice(parents)
+            if not edits[parent.name]:
+                continue
             indicated = [e for e in edits[parent.name] if e.name in called_for[parent.name]]
             edit = rng.choice(indicated if indicated and rng.random() < GUIDED_SHARE else edits[parent.name])
             code = edit.apply(parent.code, rng)
