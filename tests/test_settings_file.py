@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from test_gpu_sizing import QWEN3_4B, QWEN25_05B
 
 from whale_cli.main import build_parser, main
 from whale_cli.settings_file import read_settings_file, settings_from_args
@@ -129,10 +130,7 @@ def test_whale_eval_samples_as_the_run_it_checks_unless_told_otherwise() -> None
 
 
 def test_a_gpu_settings_file_is_checked_and_sized_on_cpu(tmp_path: Path, capsys) -> None:
-    model = tmp_path / "model"
-    model.mkdir()
-    shape = {"num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2, "hidden_size": 896}
-    (model / "config.json").write_text(json.dumps(shape))
+    model = _model_folder(tmp_path, QWEN25_05B)
     path = tmp_path / "gpu.toml"
     path.write_text(f'domain = "math"\npreset = "gpu"\nmodel = "{model}"\ngpu_memory_gib = [141]\n')
     assert main(["config", "show", "--config", str(path)]) == 0
@@ -146,6 +144,14 @@ def test_a_gpu_settings_file_is_checked_and_sized_on_cpu(tmp_path: Path, capsys)
         read_settings_file(path)
 
 
+def _model_folder(tmp_path: Path, shape: dict) -> Path:
+    """A model folder that holds only what sizing reads: its config.json."""
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(shape))
+    return model
+
+
 def _written(folder: Path, text: str) -> Path:
     path = folder / "shown.toml"
     path.write_text(text)
@@ -153,17 +159,14 @@ def _written(folder: Path, text: str) -> Path:
 
 
 def test_whale_run_dry_run_checks_and_prints_the_resolved_settings_and_starts_nothing(tmp_path: Path, capsys):
-    model = tmp_path / "model"
-    model.mkdir()
-    shape = {"num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128}
-    (model / "config.json").write_text(json.dumps(shape))
+    model = _model_folder(tmp_path, QWEN3_4B)
     path = tmp_path / "gpu.toml"
     path.write_text(f'domain = "math"\npreset = "gpu"\nmodel = "{model}"\n')
     run_dir = tmp_path / "run"
     argv = ["run", "--config", str(path), "--gpu-memory-gib", "24", "--run-dir", str(run_dir), "--dry-run"]
     assert main(argv) == 0
     shown = capsys.readouterr().out
-    threads = int((0.5 * 24 - 2) * 2**30 // kv_bytes_per_token(shape) // 4096)  # 10 GiB of cache
+    threads = int((0.5 * 24 - 2) * 2**30 // kv_bytes_per_token(QWEN3_4B) // 4096)  # 10 GiB of cache
     assert 'preset = "gpu"' in shown and f'"threads": {threads},' in shown and threads < 64
     assert not run_dir.exists()
     path.write_text('domain = "math"\nschedule = "fixed:x"\n')
