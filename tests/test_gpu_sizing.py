@@ -70,9 +70,13 @@ def test_a_gpu_preset_run_is_sized_on_cpu_when_told_the_gpus_and_refused_when_no
     assert moved.rft_config(moved.gpu_sizing()).training.device == "cuda:2"  # the setting wins
     server = make_backend(settings, tmp_path / "logs")
     assert server.kv_cache_gib == sizing.kv_cache_gib  # the run's own server gets the sized cache
+    assert server.max_model_len == sizing.max_model_len <= 2 * 2**30 // kv_bytes_per_token(QWEN3_4B)
+    assert server.extra_args == ("--gpu-memory-utilization", "0.5")  # vLLM's start-up check agrees
     assert RunSettings(domain="math", model=str(folder)).gpu_sizing() is None  # the cpu preset
-    with pytest.raises(ConfigError, match="--gpu-memory-gib"):
-        RunSettings(domain="math", preset="gpu", model=str(folder)).gpu_sizing()  # no GPU here
+    # no GPU here and none given, or a hub id not in the local cache: the preset's fixed sizes
+    assert RunSettings(domain="math", preset="gpu", model=str(folder)).gpu_sizing() is None
+    hub = RunSettings(domain="math", preset="gpu", model="nobody/not-cached", gpu_memory_gib=(80,))
+    assert hub.gpu_sizing() is None and hub.rft_config(hub.gpu_sizing()).threads == 64
 
 
 def test_the_thinking_switch_reaches_the_runs_own_server_and_its_trainer(tmp_path):

@@ -7,6 +7,7 @@ import dataclasses
 import json
 import random
 
+import dspy
 import pytest
 from meta_harness_helpers import BROKEN, GOOD, QA, TOY, archive_with, exact, source, tasks
 from sandbox_helpers import TEST_LIMITS
@@ -300,3 +301,23 @@ def test_an_edit_whose_candidate_failed_to_build_is_not_drawn_again(tmp_path):
     fresh = archive_with(tmp_path / "fresh", h0=GOOD)  # without the failure the edit is drawn
     again = [s for seed in range(60) for s in MutationProposer(seed).propose(fresh, 3)]
     assert [s for s in again if s.name.endswith("-answer_from_choices")]
+
+
+def test_a_labeled_demo_reaches_a_retrieval_predictor_and_never_its_own_task():
+    from optimizers.proposers.demos import labeled_demos
+
+    own = Rollout("t0", 0, 1, "h", None, {"question": " What is 2+2? #0 "}, {"answer": "4"}, 0.0, None)
+    other = Rollout("t1", 0, 1, "h", None, {"question": "What is 3+3?"}, {"answer": "6"}, 0.0, None)
+    demos = labeled_demos([own, other], {"t0": {"answer": "4"}, "t1": {"answer": "6"}}, random.Random(0))
+    assert demos[0]["question"] == " What is 2+2? #0 "  # the input as given: its own task is known
+    code = few_shot(SEARCH, demos)
+    program = HarnessProgram(
+        HarnessSource("shots", code).vouched(), QA, lambda ex: {"search": lambda query, k=1: "[P] p"}
+    )
+    lm = ScriptedLM({"": {"answer": "4"}})
+    task = dspy.Example(task_id="t0", question=" What is 2+2? #0 ", answer="4").with_inputs("question")
+    shown = json.dumps(
+        run_rollout(program, task, lm=lm, metric=exact, sample=0, rollout_id=1).lm_calls[0].messages
+    )
+    assert "What is 3+3?" in shown and shown.count("What is 2+2?") == 1  # the passages-less demo is shown
+    assert "not supplied" in shown  # DSPy marks the demo's missing passages

@@ -171,3 +171,20 @@ def test_whale_run_dry_run_checks_and_prints_the_resolved_settings_and_starts_no
     assert not run_dir.exists()
     path.write_text('domain = "math"\nschedule = "fixed:x"\n')
     assert main(["run", "--config", str(path), "--dry-run"]) == 2  # a bad value is still refused
+
+
+def test_a_run_recorded_before_the_later_settings_still_resumes(tmp_path: Path) -> None:
+    from whale_cli.run import check_same_settings
+    from whale_dspy.training.config import LoraTrainingConfig
+
+    settings = RunSettings(domain="math")
+    recorded = settings.record()
+    assert not {"thinking", "gpu_memory_gib"} & set(recorded)  # as a record from before they existed
+    (tmp_path / "config.json").write_text(json.dumps({"cli": recorded}))
+    check_same_settings(settings, tmp_path)  # no error: the same run
+    with pytest.raises(ConfigError, match="thinking"):
+        check_same_settings(RunSettings(domain="math", thinking=False), tmp_path)
+    assert RunSettings(domain="math", thinking=False).record()["thinking"] is False
+    assert "chat_template_kwargs" not in LoraTrainingConfig().to_dict()
+    switched = LoraTrainingConfig(chat_template_kwargs={"enable_thinking": False})
+    assert LoraTrainingConfig.from_dict(switched.to_dict()) == switched

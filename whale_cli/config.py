@@ -11,6 +11,7 @@ import argparse
 import json
 from typing import Any
 
+from whale_cli.presets import get_preset
 from whale_cli.settings_file import settings_from_args, settings_toml
 from whale_cli.wiring import RunSettings, add_run_arguments, add_seed_argument
 from whale_dspy.errors import ConfigError
@@ -46,12 +47,11 @@ def show_settings(settings: RunSettings) -> None:
     parse_schedule(settings.schedule)
     print(settings_toml(settings), end="")
     resolved: dict[str, Any] = {"sampling": settings.sampling}
-    try:
-        sizing = settings.gpu_sizing()
-    except ConfigError as error:  # a GPU file checked where no GPU is: say what sizing needs
-        sizing, resolved["gpu_sizing"] = None, f"not sized here: {error}"
+    sizing = settings.gpu_sizing()
     if sizing is not None:
         resolved["gpu_sizing"] = sizing.to_dict()
+    elif get_preset(settings.preset).sized_on_gpu:  # a GPU file checked where no GPU is
+        resolved["gpu_sizing"] = "not sized here: give --gpu-memory-gib, or run where the GPUs are"
     resolved["weight_phase"] = settings.rft_config(sizing).to_dict()
     print("\n# resolved (not settings: derived from the preset and the settings above):")
     for line in json.dumps(resolved, indent=2).splitlines():

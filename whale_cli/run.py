@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -78,7 +77,7 @@ def resolve(args: argparse.Namespace) -> tuple[RunSettings, Path]:
 def check_same_settings(settings: RunSettings, run_dir: Path) -> None:
     """Refuse to continue a recorded run with other settings, before a server starts."""
     recorded = (RunDir(run_dir).config() or {}).get("cli")
-    asked = json.loads(json.dumps(asdict(settings)))  # as recorded: tuples become lists
+    asked = settings.record()
     if recorded is not None and recorded != asked:
         differences = "; ".join(config_differences(recorded, asked))
         raise ConfigError(f"run {run_dir} was started with other settings: {differences}")

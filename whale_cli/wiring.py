@@ -8,12 +8,14 @@ backends, optimizers). `RunSettings` is recorded in the run's config.json, so
 from __future__ import annotations
 
 import argparse
+import json
+import logging
 import re
 import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import dspy
 
@@ -25,6 +27,7 @@ from whale_dspy.harness import HarnessProgram, HarnessSource
 from whale_dspy.protocols import Domain, InferenceBackend
 from whale_dspy.rundir import RunDir
 
+log = logging.getLogger(__name__)
 DATA_SEED = 0
 """Task subsampling does not follow --seed: every method and seed sees the same tasks."""
 
@@ -76,6 +79,17 @@ class RunSettings:
     """Each GPU's memory, for sizing a GPU preset's run; default what torch sees when the run starts
     (give it to size a run, or check a GPU settings file, on a machine without the GPUs)."""
 
+    LATER_FIELDS: ClassVar[tuple[str, ...]] = ("thinking", "gpu_memory_gib")
+    """Fields added after runs were recorded: a record leaves them out while they hold their
+    default, so a run recorded before them resumes (RunDir compares records key by key)."""
+
+    def record(self) -> dict[str, Any]:
+        """The settings as the run folder records them (JSON types: tuples become lists)."""
+        fields = {key: value for key, value in asdict(self).items() if key not in self.LATER_FIELDS}
+        later = {key: getattr(self, key) for key in self.LATER_FIELDS}
+        fields |= {key: value for key, value in later.items() if value != getattr(RunSettings, key)}
+        return json.loads(json.dumps(fields))
+
     def __post_init__(self) -> None:
         get_preset(self.preset)
         if self.adapters not in ADAPTER_SERVING:
@@ -125,21 +139,26 @@ class RunSettings:
         return thinking_template_kwargs(self.thinking)
 
     def gpu_sizing(self) -> Any:
-        """How a GPU preset's run is sized for this model on these GPUs (None for other presets);
-        ConfigError when no GPU is visible and none is given."""
+        """How a GPU preset's run is sized for this model on these GPUs; None (the preset's fixed
+        sizes, with a warning) for other presets, where no GPU is visible and none is given (a
+        controller of servers on other hosts), or where the model's shape cannot be read."""
         if not get_preset(self.preset).sized_on_gpu:
             return None
-        from whale_dspy.backends.gpu_sizing import size_gpu_run, visible_gpu_gib
+        from whale_dspy.backends.gpu_sizing import local_model_folder, size_gpu_run, visible_gpu_gib
         from whale_dspy.models import resolve_model
 
         gpus = list(self.gpu_memory_gib) or visible_gpu_gib()
-        if not gpus:
-            raise ConfigError(
-                f"the {self.preset} preset sizes the run from the GPUs' memory and none is visible here: "
-                "give --gpu-memory-gib (e.g. 141 for one H200) to size it on this machine"
+        folder = local_model_folder(resolve_model(self.model)) if gpus else None
+        if folder is None:
+            why = (
+                "no GPU is visible (--gpu-memory-gib sizes it)"
+                if not gpus
+                else "the model is no local folder"
             )
+            log.warning("the %s preset runs unsized, at its fixed sizes: %s", self.preset, why)
+            return None
         longest = get_preset(self.preset).rft_config().training.max_length  # the longest trace trained
-        return size_gpu_run(resolve_model(self.model), gpus, tokens_per_rollout=longest)
+        return size_gpu_run(folder, gpus, tokens_per_rollout=longest)
 
     @property
     def sampling(self) -> dict[str, Any]:
@@ -302,8 +321,10 @@ def name_part(text: str, default: str) -> str:
 
 def make_backend(settings: RunSettings, log_dir: Path, server_url: str | None = None) -> InferenceBackend:
     own: dict[str, Any] = {}  # the run's own servers' options (a server someone else runs is set up)
-    if not server_url and (sizing := settings.gpu_sizing()) is not None:
-        own["kv_cache_gib"] = sizing.kv_cache_gib
+    if not server_url and settings.replicas == 1 and (sizing := settings.gpu_sizing()) is not None:
+        own["kv_cache_gib"] = sizing.kv_cache_gib  # replicas sharing a GPU would each take all of it
+        own["max_model_len"] = sizing.max_model_len
+        own["extra_args"] = ("--gpu-memory-utilization", str(sizing.gpu_memory_utilization))
     if not server_url and settings.chat_template_kwargs:
         own["chat_template_kwargs"] = settings.chat_template_kwargs
     return backend_for_model(
@@ -493,7 +514,7 @@ def make_optimizer(
         weight_phase=weight,
         harness_phase=harness,
         method=method,
-        config={"cli": asdict(settings), **configs},
+        config={"cli": settings.record(), **configs},
         on_event=on_event,
         shared_evals=shared_evals,
         sampling=settings.sampling,

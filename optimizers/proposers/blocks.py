@@ -129,14 +129,15 @@ def own_task(demo: dict[str, Any], inputs: dict[str, Any]) -> bool:
 
 
 def set_demos(program: dspy.Module, inputs: dict[str, Any]) -> None:
-    """Each predictor gets the demos that hold all its inputs and one of its outputs, cut to its fields
-    (a labeled demo's worked solution reaches a reasoning predictor; a plain one sees the answer)."""
+    """Each predictor gets the demos that hold one of its inputs and one of its outputs (DSPy's own
+    rule for a demo it can show; a missing field shows as not supplied), cut to its fields: a
+    labeled demo's worked solution reaches a reasoning predictor, a plain one sees the answer."""
     for _, predictor in program.named_predictors():
         signature = predictor.signature
         predictor.demos = [
             dspy.Example(**{name: demo[name] for name in signature.fields if name in demo})
             for demo in DEMOS
-            if set(signature.input_fields) <= set(demo)
+            if set(signature.input_fields) & set(demo)
             and set(signature.output_fields) & set(demo)
             and not own_task(demo, inputs)
         ]

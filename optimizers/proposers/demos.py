@@ -84,10 +84,15 @@ def labeled_demos(
             inputs.setdefault(rollout.task_id, rollout.inputs)
     chosen = sorted(rng.sample(sorted(inputs), min(tasks, len(inputs))))
     return [
-        {
-            name: str(value).strip()[:MAX_FIELD_CHARS]
-            for name, value in {**inputs[task], **labels[task]}.items()
-            if isinstance(value, (str, int, float)) and not isinstance(value, bool)
+        {  # inputs as the task gives them, so the few-shot block knows a task's own demo
+            **inputs[task],
+            **{
+                name: str(value).strip()[:MAX_FIELD_CHARS]
+                for name, value in labels[task].items()
+                if name not in inputs[task]
+                and isinstance(value, str | int | float)
+                and not isinstance(value, bool)
+            },
         }
         for task in chosen
     ]

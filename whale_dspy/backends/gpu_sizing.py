@@ -34,6 +34,10 @@ class GpuSizing:
     """Concurrent rollouts: the sequences of `tokens_per_rollout` the cache holds, at most MAX_THREADS."""
     train_device: str
     gradient_checkpointing: bool
+    max_model_len: int
+    """The model's context, cut to what the cache holds: vLLM refuses a cache smaller than one context."""
+    gpu_memory_utilization: float
+    """The serving GPU's share vLLM may take (it refuses to start when less than that is free)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -59,19 +63,36 @@ def size_gpu_run(model_dir: str | Path, gpu_gib: Sequence[float], tokens_per_rol
         raise ConfigError(f"sizing a GPU run needs each GPU's memory in GiB, got {list(gpu_gib)}")
     weights_gib = sum(path.stat().st_size for path in folder.glob("*.safetensors")) / 2**30
     own = len(gpu_gib) >= 2
-    cache = SERVING_SHARE["own" if own else "shared"] * gpu_gib[0] - weights_gib - OVERHEAD_GIB
+    share = SERVING_SHARE["own" if own else "shared"]
+    cache = share * gpu_gib[0] - weights_gib - OVERHEAD_GIB
     if cache < 0.5:
         raise ConfigError(
             f"the model's weights ({weights_gib:.1f} GiB) leave no KV cache on a {gpu_gib[0]:g} GiB GPU"
             + ("" if own else " shared with the trainer")
         )
-    tokens = int(cache * 2**30) // kv_bytes_per_token(json.loads((folder / "config.json").read_text()))
+    config = json.loads((folder / "config.json").read_text())
+    tokens = int(cache * 2**30) // kv_bytes_per_token(config)
+    context = int(config.get("max_position_embeddings") or tokens)
     return GpuSizing(
         kv_cache_gib=round(cache, 2),
         threads=max(1, min(MAX_THREADS, tokens // tokens_per_rollout)),
         train_device="cuda:1" if own else "cuda:0",
         gradient_checkpointing=not own,
+        max_model_len=min(context, tokens),
+        gpu_memory_utilization=share,
     )
+
+
+def local_model_folder(model: str) -> Path | None:
+    """A resolved model as a local folder: itself, or a hub id's cached snapshot (None when absent)."""
+    if Path(model).is_dir():
+        return Path(model)
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(model, local_files_only=True))
+    except Exception:  # not cached (or not a hub id): nothing to read the shape from
+        return None
 
 
 def visible_gpu_gib() -> list[float]:

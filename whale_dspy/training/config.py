@@ -109,11 +109,13 @@ class LoraTrainingConfig:
         return replace(preset, **overrides)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            **asdict(self),
-            "target_modules": list(self.target_modules),
-            "chat_template_kwargs": dict(self.chat_template_kwargs),
-        }
+        """Its record; `chat_template_kwargs` (added after runs were recorded) only when set, so an
+        older run's record still matches and the run resumes."""
+        record = {**asdict(self), "target_modules": list(self.target_modules)}
+        record.pop("chat_template_kwargs")
+        return record | (
+            {"chat_template_kwargs": dict(self.chat_template_kwargs)} if self.chat_template_kwargs else {}
+        )
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> LoraTrainingConfig:
