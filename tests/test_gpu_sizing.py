@@ -85,3 +85,26 @@ def test_the_thinking_switch_reaches_the_runs_own_server_and_its_trainer(tmp_pat
     assert settings.rft_config().training.chat_template_kwargs == {"enable_thinking": False}
     assert make_backend(settings, tmp_path / "logs").chat_template_kwargs == {"enable_thinking": False}
     assert RunSettings(domain="math").rft_config().training.chat_template_kwargs == {}  # the template's own
+
+
+def test_a_new_gpu_run_records_the_gpus_it_was_sized_for():
+    cpu = RunSettings(domain="math")
+    assert cpu.pinned() is cpu  # nothing to size
+    told = RunSettings(domain="math", preset="gpu", gpu_memory_gib=(80,))
+    assert told.pinned() is told
+    here = RunSettings(domain="math", preset="gpu").pinned()  # no GPU on this machine: none recorded
+    assert here.gpu_memory_gib == () and "gpu_memory_gib" not in here.record()
+
+
+def test_eval_search_and_train_give_their_own_server_the_thinking_switch_and_train_its_trainer():
+    from whale_cli.main import build_parser
+    from whale_cli.train import rft_config_from
+    from whale_cli.wiring import thinking_server_options
+
+    assert thinking_server_options(None, False) == {"chat_template_kwargs": {"enable_thinking": False}}
+    assert thinking_server_options("http://x:1", False) == {}  # a running server has its own switch
+    assert thinking_server_options(None, None) == {}
+    for command in ("eval", "search", "train"):
+        assert build_parser().parse_args([command, "--domain", "math", "--no-thinking"]).thinking is False
+    args = build_parser().parse_args(["train", "--domain", "math", "--no-thinking"])
+    assert rft_config_from(args).training.chat_template_kwargs == {"enable_thinking": False}

@@ -72,7 +72,7 @@ def plan(args: argparse.Namespace) -> tuple[list[tuple[RunSettings, Path]], Path
         raise ConfigError(f"--seeds must be comma-separated integers, got {args.seeds!r}") from None
     if not methods or not seeds:
         raise ConfigError("whale compare needs at least one method and one seed")
-    base = RunSettings(**{**given, "schedule": specs[0]})
+    base = RunSettings(**{**given, "schedule": specs[0]}).pinned()
     out = args.out or Path("runs") / f"compare-{base.domain}"
     runs = []
     for seed in seeds:

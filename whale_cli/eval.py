@@ -12,6 +12,7 @@ import dspy
 
 from domains import DOMAIN_HELP
 from whale_cli.presets import PRESET_HELP, PRESETS, get_preset
+from whale_cli.wiring import add_thinking_argument
 from whale_dspy.errors import ConfigError
 from whale_dspy.evaluation import EvalReport
 from whale_dspy.harness import HarnessProgram, HarnessSource
@@ -26,6 +27,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("eval", help="evaluate a harness on a domain split (mean@k, traces)")
     parser.add_argument("--domain", required=True, help=DOMAIN_HELP)
     add_harness_arguments(parser)
+    add_thinking_argument(parser)
     parser.add_argument("--split", default="test", choices=SPLITS)
     parser.add_argument("--limit", type=int, default=20, help="tasks to evaluate (default 20)")
     parser.add_argument("--k", type=int, default=8, help="samples per task (default 8)")
@@ -107,7 +109,7 @@ def adapter_context(output_format: str):
 def run(args: argparse.Namespace) -> int:
     from domains import get_domain
     from whale_cli.run import served
-    from whale_cli.wiring import backend_for_model
+    from whale_cli.wiring import backend_for_model, thinking_server_options
     from whale_dspy.sandbox import ContainedEvaluator
 
     domain = get_domain(args.domain)
@@ -115,7 +117,8 @@ def run(args: argparse.Namespace) -> int:
     examples = domain.load(args.split, args.limit, args.seed)
     out = args.out or Path("runs") / f"eval-{args.domain}-{source.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     out.mkdir(parents=True, exist_ok=True)
-    with served(backend_for_model(args.model, out, args.server_url)) as backend:
+    own = thinking_server_options(args.server_url, args.thinking)
+    with served(backend_for_model(args.model, out, args.server_url, **own)) as backend:
         model_served = backend.served_model()  # what ran, whatever --model said
         serving = backend.serving()
         adapter_name = load_adapter_folder(backend, args.adapter, args.model, "eval")

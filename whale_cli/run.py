@@ -68,7 +68,7 @@ def resolve(args: argparse.Namespace) -> tuple[RunSettings, Path]:
     elif "domain" not in given:
         raise ConfigError("whale run needs --domain (or --resume RUN_DIR)")
     else:
-        settings = RunSettings(**given)
+        settings = RunSettings(**given).pinned()
         run_dir = args.run_dir or Path("runs") / f"{settings.domain}-{settings.method}-seed{settings.seed}"
     check_same_settings(settings, run_dir)
     return settings, run_dir

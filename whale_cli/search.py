@@ -26,7 +26,13 @@ from rich.table import Table
 
 from domains import DOMAIN_HELP
 from whale_cli.eval import add_harness_arguments, load_adapter_folder
-from whale_cli.wiring import add_agent_arguments, agent_jail, proposer_help, proposer_lm
+from whale_cli.wiring import (
+    add_agent_arguments,
+    add_thinking_argument,
+    agent_jail,
+    proposer_help,
+    proposer_lm,
+)
 from whale_dspy.backends import RemoteServer
 from whale_dspy.evaluation import InProcessEvaluator
 from whale_dspy.harness import HarnessProgram
@@ -52,6 +58,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_agent_arguments(parser)
     parser.add_argument("--model", default="smollm2-135m", help="embedded model name, local folder or hub id")
     add_harness_arguments(parser)
+    add_thinking_argument(parser)
     parser.add_argument(
         "--adapter",
         default=None,
@@ -194,11 +201,12 @@ def gain_line(gain: PairedGain) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from whale_cli.run import served
-    from whale_cli.wiring import backend_for_model
+    from whale_cli.wiring import backend_for_model, thinking_server_options
     from whale_dspy.rundir import sole_writer
 
     setup = prepare(args)
-    backend = backend_for_model(args.model, setup["run_dir"], args.server_url)
+    own = thinking_server_options(args.server_url, args.thinking)
+    backend = backend_for_model(args.model, setup["run_dir"], args.server_url, **own)
     # the lock first: two searches in one folder would mix their archives
     with sole_writer(setup["run_dir"]), served(backend) as server:
         return search(setup, server, args, Console())

@@ -16,6 +16,8 @@ from typing import Any
 from domains import DOMAIN_HELP
 from whale_cli.eval import add_harness_arguments
 from whale_cli.presets import PRESET_HELP, PRESETS, get_preset
+from whale_cli.wiring import add_thinking_argument
+from whale_dspy.backends.vllm_server import thinking_template_kwargs
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -23,6 +25,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--domain", required=True, help=DOMAIN_HELP)
     parser.add_argument("--model", default="smollm2-135m", help="embedded model name, local folder or hub id")
     add_harness_arguments(parser)
+    add_thinking_argument(parser)
     parser.add_argument("--preset", choices=tuple(PRESETS), default="cpu", help=f"RFT sizes ({PRESET_HELP})")
     parser.add_argument("--steps", type=int, default=None, help="RFT steps (default: the preset's)")
     parser.add_argument("--batch-size", dest="batch_size", type=int, default=None, help="tasks per step")
@@ -59,6 +62,8 @@ def rft_config_from(args: argparse.Namespace) -> Any:
         for name in ("learning_rate", "gradient_checkpointing")
         if getattr(args, name) is not None
     }
+    if args.thinking is not None:  # rendered as the server renders it (its --thinking below)
+        training["chat_template_kwargs"] = thinking_template_kwargs(args.thinking)
     if training:
         overrides["training"] = dataclasses.replace(preset.training, **training)
     return dataclasses.replace(preset, seed=args.seed, **overrides)
@@ -69,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     from optimizers.rft import RejectionSamplingFinetune
     from whale_cli.eval import adapter_context, resolve_harness
     from whale_cli.run import served
-    from whale_cli.wiring import backend_for_model
+    from whale_cli.wiring import backend_for_model, thinking_server_options
     from whale_dspy.harness import HarnessProgram
     from whale_dspy.jsonl import atomic_write_json
     from whale_dspy.models import resolve_model
@@ -85,7 +90,8 @@ def run(args: argparse.Namespace) -> int:
     settings = {"domain": args.domain, "model": args.model, "harness": source.name}
     with sole_writer(path):
         run_dir = RunDir.open(path, {"command": "train", **settings, "rft": config.to_dict()})
-        with served(backend_for_model(args.model, run_dir.path, args.server_url)) as backend:
+        own = thinking_server_options(args.server_url, args.thinking)
+        with served(backend_for_model(args.model, run_dir.path, args.server_url, **own)) as backend:
             rft = RejectionSamplingFinetune(
                 backend=backend,
                 trainer=LoraTrainer(config.training),

@@ -138,6 +138,15 @@ class RunSettings:
     def chat_template_kwargs(self) -> dict[str, Any]:
         return thinking_template_kwargs(self.thinking)
 
+    def pinned(self) -> RunSettings:
+        """A new run's settings with the GPUs it sizes for written in (a GPU preset, none given), so
+        that resuming it elsewhere sizes it the same or is refused, never silently resized."""
+        if self.gpu_memory_gib or not get_preset(self.preset).sized_on_gpu:
+            return self
+        from whale_dspy.backends.gpu_sizing import visible_gpu_gib
+
+        return replace(self, gpu_memory_gib=tuple(round(gib, 1) for gib in visible_gpu_gib()))
+
     def gpu_sizing(self) -> Any:
         """How a GPU preset's run is sized for this model on these GPUs; None (the preset's fixed
         sizes, with a warning) for other presets, where no GPU is visible and none is given (a
@@ -179,6 +188,13 @@ def add_thinking_argument(parser: argparse.ArgumentParser) -> None:
         help="the chat template's thinking switch (Qwen3), for serving and training alike "
         "(default: the template's own)",
     )  # fmt: skip
+
+
+def thinking_server_options(server_url: str | None, thinking: bool | None) -> dict[str, Any]:
+    """`backend_for_model` options that give the command's own server the thinking switch (a server
+    at `server_url` was started with its own: `whale serve --no-thinking`)."""
+    kwargs = thinking_template_kwargs(thinking)
+    return {"chat_template_kwargs": kwargs} if kwargs and not server_url else {}
 
 
 def add_seed_argument(parser: argparse.ArgumentParser) -> None:
@@ -325,8 +341,7 @@ def make_backend(settings: RunSettings, log_dir: Path, server_url: str | None = 
         own["kv_cache_gib"] = sizing.kv_cache_gib  # replicas sharing a GPU would each take all of it
         own["max_model_len"] = sizing.max_model_len
         own["extra_args"] = ("--gpu-memory-utilization", str(sizing.gpu_memory_utilization))
-    if not server_url and settings.chat_template_kwargs:
-        own["chat_template_kwargs"] = settings.chat_template_kwargs
+    own |= thinking_server_options(server_url, settings.thinking)
     return backend_for_model(
         settings.model,
         log_dir,
