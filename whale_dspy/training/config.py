@@ -31,7 +31,8 @@ class LoraTrainingConfig:
     training off the device that serves). seed: batch order, dropout and init.
     gradient_checkpointing: keep one activation per decoder layer and recompute
     the rest in the backward pass (on a CPU: 0.2-0.3x the step's memory for
-    1.2-1.3x its time, bench/RESULTS.md); off in the GPU preset, where time matters more.
+    1.2-1.3x its time, bench/RESULTS.md); a GPU run's sizing keeps it only where the
+    trainer shares the serving GPU.
     chat_template_kwargs: what the chat template renders prompts with (Qwen3's
     `{"enable_thinking": False}`): the serving side's defaults, so the adapter learns each
     completion after the prompt it was sampled from.
