@@ -129,14 +129,10 @@ class RunSettings:
                 training, device=sizing.train_device, gradient_checkpointing=sizing.gradient_checkpointing
             )
         if self.thinking is not None:
-            training = replace(training, chat_template_kwargs=self.chat_template_kwargs)
+            training = replace(training, chat_template_kwargs=thinking_template_kwargs(self.thinking))
         if self.train_device is not None:
             training = replace(training, device=self.train_device)
         return replace(config, training=training)
-
-    @property
-    def chat_template_kwargs(self) -> dict[str, Any]:
-        return thinking_template_kwargs(self.thinking)
 
     def pinned(self) -> RunSettings:
         """A new run's settings with the GPUs it sizes for written in (a GPU preset, none given), so

@@ -283,30 +283,20 @@ LABELED_DEMOS_HYPOTHESIS = (
 )
 
 
-def few_shot_edit(rollouts: Sequence[Rollout], rng: random.Random) -> Edit | None:
-    """The few-shot edit with demos from a parent's own rollouts (None when none was accepted)."""
-    demos = demos_from(rollouts, rng)
-    if not demos:
-        return None
-    return Edit("few_shot", FEW_SHOT_HYPOTHESIS, lambda code, _rng: few_shot(code, demos))
-
-
-def labeled_demos_edit(
-    rollouts: Sequence[Rollout], labels: dict[str, dict[str, object]], rng: random.Random
-) -> Edit | None:
-    """The few-shot edit with labeled demos of the tasks a parent ran on (None without labels)."""
-    demos = labeled_demos(rollouts, labels, rng)
-    if not demos:
-        return None
-    return Edit("labeled_demos", LABELED_DEMOS_HYPOTHESIS, lambda code, _rng: few_shot(code, demos))
-
-
 def trace_edits(
     rollouts: Sequence[Rollout], labels: dict[str, dict[str, object]], rng: random.Random
 ) -> tuple[Edit, ...]:
-    """The edits a parent's own search rollouts make possible: bootstrapped and labeled demos."""
-    edits = (few_shot_edit(rollouts, rng), labeled_demos_edit(rollouts, labels, rng))
-    return tuple(edit for edit in edits if edit is not None)
+    """The edits a parent's own search rollouts make possible: few-shot demos of its accepted calls,
+    and labeled demos of the tasks it ran on (each only where there are demos to show)."""
+    drawn = (
+        ("few_shot", FEW_SHOT_HYPOTHESIS, demos_from(rollouts, rng)),
+        ("labeled_demos", LABELED_DEMOS_HYPOTHESIS, labeled_demos(rollouts, labels, rng)),
+    )
+    return tuple(_shots_edit(name, why, demos) for name, why, demos in drawn if demos)
+
+
+def _shots_edit(name: str, hypothesis: str, demos: list[dict[str, object]]) -> Edit:
+    return Edit(name, hypothesis, lambda code, _rng: few_shot(code, demos))
 
 
 def set_output_adapter(code: str, adapter: str) -> str | None:

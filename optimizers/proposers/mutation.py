@@ -64,11 +64,11 @@ class MutationProposer:
         """Up to k new sources, each one edit away from one of the best candidates."""
         rng = random.Random(derive_seed("mutation", self.seed, len(archive)))
         parents = [archive.source(meta.name) for meta in archive.parents(self.parents)]
-        refused = refused_at_build(archive)
+        refused, labels = refused_at_build(archive), archive.labels()
         edits = {
             parent.name: tuple(
                 edit
-                for edit in (*self.edits, *self._from_traces(archive, parent.name))
+                for edit in (*self.edits, *self._from_traces(archive, parent.name, labels))
                 if not any(hypothesis.startswith(edit.hypothesis) for hypothesis in refused)
             )
             for parent in parents
@@ -109,10 +109,12 @@ class MutationProposer:
         """The edits the parent's failing search traces call for, with why (none unguided)."""
         return indicated_edits(archive.traces(parent)) if self.guided else {}
 
-    def _from_traces(self, archive: HarnessArchive, parent: str) -> tuple[Edit, ...]:
+    def _from_traces(
+        self, archive: HarnessArchive, parent: str, labels: dict[str, dict[str, object]]
+    ) -> tuple[Edit, ...]:
         """Edits drawn from the parent's own search rollouts: few-shot demos of its accepted calls,
         and labeled demos of the search tasks it ran on."""
         if self.prompt_only:
             return ()
         rng = random.Random(derive_seed("demos", self.seed, len(archive), parent))
-        return trace_edits(archive.traces(parent), archive.labels(), rng)
+        return trace_edits(archive.traces(parent), labels, rng)
