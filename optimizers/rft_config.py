@@ -6,6 +6,7 @@ import re
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from whale_dspy.backends.gpu_sizing import MAX_THREADS
 from whale_dspy.errors import ConfigError
 from whale_dspy.training.config import LoraTrainingConfig
 
@@ -94,7 +95,7 @@ class RFTConfig:
             batch_size=32,
             k=8,
             max_tokens=2048,
-            threads=64,
+            threads=MAX_THREADS,  # the most a sized GPU run takes, here unsized
             training=LoraTrainingConfig.gpu_2b(device=device),
         )
         return replace(preset, **overrides)

@@ -76,7 +76,20 @@ def test_a_gpu_preset_run_is_sized_on_cpu_when_told_the_gpus_and_refused_when_no
     # no GPU here and none given, or a hub id not in the local cache: the preset's fixed sizes
     assert RunSettings(domain="math", preset="gpu", model=str(folder)).gpu_sizing() is None
     hub = RunSettings(domain="math", preset="gpu", model="nobody/not-cached", gpu_memory_gib=(80,))
-    assert hub.gpu_sizing() is None and hub.rft_config(hub.gpu_sizing()).threads == 64
+    assert hub.gpu_sizing() is None and hub.rft_config(hub.gpu_sizing()).threads == MAX_THREADS
+
+
+def test_a_run_is_sized_once_so_its_server_and_phases_agree_and_a_fallback_warns_once(tmp_path, caplog):
+    folder = model_folder(tmp_path, QWEN3_4B, weights_gib=8.0)
+    settings = RunSettings(domain="math", preset="gpu", model=str(folder), gpu_memory_gib=(24,))
+    assert settings.gpu_sizing() is settings.gpu_sizing()
+    unseen = RunSettings(domain="math", preset="gpu", model="nobody/also-not-cached", gpu_memory_gib=(80,))
+    with caplog.at_level("WARNING", logger="whale_cli.wiring"):
+        make_backend(unseen, tmp_path / "logs")  # the server asks, then the phases
+        assert unseen.rft_config(unseen.gpu_sizing()).threads == MAX_THREADS
+    assert [r.getMessage() for r in caplog.records].count(
+        "the gpu preset runs unsized, at its fixed sizes: the model is no local folder"
+    ) == 1
 
 
 def test_the_thinking_switch_reaches_the_runs_own_server_and_its_trainer(tmp_path):

@@ -78,6 +78,14 @@ def test_a_search_from_a_weight_checkpoint_runs_every_rollout_through_that_adapt
     assert report["adapter"] == str(folder.resolve())
 
 
+def test_two_loads_of_one_adapter_folder_get_two_names_on_a_shared_server(tmp_path):
+    from whale_cli.eval import load_adapter_folder
+
+    backend = FakeBackend(ScriptedLM({"": {"answer": "18"}}))
+    names = {load_adapter_folder(backend, str(tmp_path), "base", "search") for _ in range(2)}
+    assert len(names) == 2 and set(backend.loaded) == names  # within one second, too
+
+
 def test_search_is_sandboxed_unless_told_otherwise():
     setup = search.prepare(parse("--domain", "math", "--threads", "3"))
     contained = search.search_evaluator(parse("--domain", "math", "--threads", "3"), setup["config"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -87,7 +88,7 @@ def load_adapter_folder(backend: Any, folder: str | None, model: str, purpose: s
 
     if not folder:
         return None
-    name = f"{purpose}-{Path(folder).name}-{int(time.time())}"
+    name = f"{purpose}-{Path(folder).name}-{uuid.uuid4().hex[:12]}"  # unique on a server others share
     # The served base (a resolved folder), not the model's short name: load_adapter checks it.
     backend.load_adapter(AdapterRef(name, str(Path(folder).resolve()), backend.base_model or model))
     return name

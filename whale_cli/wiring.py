@@ -8,6 +8,7 @@ backends, optimizers). `RunSettings` is recorded in the run's config.json, so
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import re
@@ -149,21 +150,9 @@ class RunSettings:
         controller of servers on other hosts), or where the model's shape cannot be read."""
         if not get_preset(self.preset).sized_on_gpu:
             return None
-        from whale_dspy.backends.gpu_sizing import local_model_folder, size_gpu_run, visible_gpu_gib
-        from whale_dspy.models import resolve_model
+        from whale_dspy.backends.gpu_sizing import visible_gpu_gib
 
-        gpus = list(self.gpu_memory_gib) or visible_gpu_gib()
-        folder = local_model_folder(resolve_model(self.model)) if gpus else None
-        if folder is None:
-            why = (
-                "no GPU is visible (--gpu-memory-gib sizes it)"
-                if not gpus
-                else "the model is no local folder"
-            )
-            log.warning("the %s preset runs unsized, at its fixed sizes: %s", self.preset, why)
-            return None
-        longest = get_preset(self.preset).rft_config().training.max_length  # the longest trace trained
-        return size_gpu_run(folder, gpus, tokens_per_rollout=longest)
+        return _sized_gpu_run(self.preset, self.model, tuple(self.gpu_memory_gib) or tuple(visible_gpu_gib()))
 
     @property
     def sampling(self) -> dict[str, Any]:
@@ -324,6 +313,22 @@ def load_data(settings: RunSettings) -> RunData:
         searchset=domain.load("search", settings.search_limit, DATA_SEED),
         testset=domain.load("test", settings.test_limit, DATA_SEED),
     )
+
+
+@functools.cache
+def _sized_gpu_run(preset: str, model: str, gpus: tuple[float, ...]) -> Any:
+    """`RunSettings.gpu_sizing`, once per process: a run's server and its phases both ask, and the
+    answer (read from the model's config, with a warning when it falls back) is the same."""
+    from whale_dspy.backends.gpu_sizing import local_model_folder, size_gpu_run
+    from whale_dspy.models import resolve_model
+
+    folder = local_model_folder(resolve_model(model)) if gpus else None
+    if folder is None:
+        why = "no GPU is visible (--gpu-memory-gib sizes it)" if not gpus else "the model is no local folder"
+        log.warning("the %s preset runs unsized, at its fixed sizes: %s", preset, why)
+        return None
+    longest = get_preset(preset).rft_config().training.max_length  # the longest trace trained
+    return size_gpu_run(folder, list(gpus), tokens_per_rollout=longest)
 
 
 def name_part(text: str, default: str) -> str:
