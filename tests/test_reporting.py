@@ -7,7 +7,7 @@ import pytest
 
 from whale_dspy.reporting import markdown_table, paired_table, plot_curves, summarize_methods
 from whale_dspy.reporting.plots import method_curve, phase_spans, step_values
-from whale_dspy.reporting.tables import paired_comparisons
+from whale_dspy.reporting.tables import paired_comparisons, reach_table, rollouts_to_reach
 
 
 def point(rollouts, mean, half=0.1, k=8):
@@ -133,6 +133,18 @@ def test_paired_comparisons_pair_tasks_across_methods_and_say_what_is_noise():
     text = paired_table(reports)
     assert "| whale − start | +0.200 |" in text and "| weight-only − start | +0.000 |" in text
     assert text.count("beyond noise") == 2 and text.count("within noise") == 1
+
+
+def test_rollouts_to_reach_the_best_baselines_final_count_each_seeds_first_checkpoint_at_it():
+    harness_only = report("harness-only", [point(0, 0.2), point(80, 0.65), point(100, 0.45)])
+    reach = rollouts_to_reach([*REPORTS, harness_only])
+    assert (reach.baseline, reach.target) == ("harness-only", pytest.approx(0.45))  # its final, not its best
+    assert reach.rollouts == {"whale": [50, 100], "weight-only": [None], "harness-only": [80]}
+    text = reach_table([*REPORTS, harness_only])
+    assert "harness-only's final 0.450" in text and "| whale | 50, 100 |" in text
+    assert "| weight-only | not reached |" in text
+    assert rollouts_to_reach(REPORTS).rollouts["whale"] == [50, 60]  # weight-only's 0.3 is the bar
+    assert reach_table(REPORTS[:2]) == ""  # WHALE alone: no baseline to reach
 
 
 def test_runs_recorded_without_per_task_scores_get_no_paired_row():

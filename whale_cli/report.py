@@ -17,7 +17,7 @@ from rich.table import Table
 
 from whale_dspy.errors import ConfigError
 from whale_dspy.jsonl import atomic_write_json, atomic_write_text
-from whale_dspy.reporting import markdown_table, paired_table, plot_curves, summarize_methods
+from whale_dspy.reporting import markdown_table, paired_table, plot_curves, reach_table, summarize_methods
 from whale_dspy.reporting.tables import seeds_cell, tokens_cell
 
 REPORT_JSON, TABLE_MD, CURVE_PNG = "report.json", "report.md", "curve.png"
@@ -53,7 +53,9 @@ def write_outputs(out_dir: Path, reports: Sequence[dict[str, Any]], *, title: st
     table = markdown_table(
         summarize_methods(reports), k=k, budget=budgets.pop() if len(budgets) == 1 else None
     )
-    atomic_write_text(out_dir / TABLE_MD, f"# {title}\n\n{table}\n{paired_table(reports)}")
+    atomic_write_text(
+        out_dir / TABLE_MD, f"# {title}\n\n{table}\n{paired_table(reports)}\n{reach_table(reports)}"
+    )
     return out_dir / TABLE_MD, plot_curves(reports, out_dir / CURVE_PNG, title=title)
 
 

@@ -194,5 +194,52 @@ def paired_table(reports: Sequence[dict[str, Any]]) -> str:
     return "\n".join(rows) + "\n\n" + note
 
 
+@dataclass(frozen=True)
+class Reach:
+    """The best baseline's final mean@k (its seeds' mean) and, per method, the rollouts at which
+    each seed's curve first reached it (None: never): what budget a method needs to match where
+    the strongest alternative ended, the paper's sample-efficiency reading."""
+
+    baseline: str
+    target: float
+    rollouts: dict[str, list[int | None]]
+
+
+def rollouts_to_reach(reports: Sequence[dict[str, Any]]) -> Reach | None:
+    """None without a finished baseline (a comparison of WHALE schedules alone)."""
+    groups = group_by_method(reports)
+    finals = {
+        label: _score([r["final"] for r in finished(runs)])
+        for label, runs in groups.items()
+        if runs[0]["method"] != SWEPT
+    }
+    finals = {label: score.mean for label, score in finals.items() if score}
+    if not finals:
+        return None
+    baseline = max(finals, key=finals.__getitem__)
+    target = finals[baseline]
+    reached = {
+        label: [next((p["rollouts"] for p in r["curve"] if p["mean_at_k"] >= target), None) for r in runs]
+        for label, runs in groups.items()
+    }
+    return Reach(baseline, target, reached)
+
+
+def reach_table(reports: Sequence[dict[str, Any]]) -> str:
+    """`rollouts_to_reach` as Markdown: one row per method, one cell per seed."""
+    reach = rollouts_to_reach(reports)
+    if reach is None:
+        return ""
+    rows = [
+        f"| method | rollouts to reach {reach.baseline}'s final {reach.target:.3f} (per seed) |",
+        "|---|---|",
+    ]
+    for label, seeds in reach.rollouts.items():
+        cells = ", ".join("not reached" if n is None else str(n) for n in seeds)
+        rows.append(f"| {label} | {cells} |")
+    note = "The first checkpoint of each seed's test curve at or above the best baseline's final mean.\n"
+    return "\n".join(rows) + "\n\n" + note
+
+
 def _signed(value: float) -> str:
     return f"{round(value, 3) + 0.0:+.3f}"  # + 0.0: no "-0.000" for a rounding error
