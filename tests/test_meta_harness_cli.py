@@ -52,7 +52,8 @@ def test_search_on_a_fake_backend_writes_archive_and_test_report(tmp_path):
     assert "Meta-Harness iterations" in out.getvalue() and "held-out test" in out.getvalue()
 
 
-def test_a_search_from_a_weight_checkpoint_runs_every_rollout_through_that_adapter(tmp_path):
+@pytest.mark.parametrize("contained", [True, False], ids=["sandboxed", "in-process"])
+def test_a_search_from_a_weight_checkpoint_runs_every_rollout_through_that_adapter(tmp_path, contained):
     folder = tmp_path / "policy-s0007"
     folder.mkdir()
     argv = ("--domain", "math", "--tasks", "2", "--test-tasks", "2", "--iterations", "1", "--eval-k", "1")
@@ -62,7 +63,7 @@ def test_a_search_from_a_weight_checkpoint_runs_every_rollout_through_that_adapt
         "1",
         "--run-dir",
         str(tmp_path / "run"),
-        "--no-sandbox",
+        *(() if contained else ("--no-sandbox",)),
         "--adapter",
         str(folder),
     )
