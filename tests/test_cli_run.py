@@ -151,6 +151,29 @@ def test_transfer_picks_the_weights_of_another_run(finished, tmp_path):
         transfer.weights_of(str(run_dir), run.RunSettings(domain="math", model="qwen2.5-coder-0.5b"))
 
 
+def test_eval_of_a_run_takes_its_final_program_where_the_flags_are_silent(finished, tmp_path):
+    from whale_cli import eval as eval_command
+    from whale_cli.main import build_parser
+
+    run_dir, result = finished
+    parse = lambda *argv: build_parser().parse_args(["eval", *argv])  # noqa: E731
+    copy = tmp_path / "adapter-copy"
+    copy.mkdir()  # the run's own final adapter is a fake path: a committed copy stands in
+    filled = eval_command.with_run_defaults(parse("--run", str(run_dir), "--adapter", str(copy)))
+    assert (filled.domain, filled.model) == ("scripted", run.RunSettings.from_run(run_dir).model)
+    assert filled.harness == str(run_dir / result["harness"]["path"]) and Path(filled.harness).is_file()
+    assert filled.adapter == str(copy)
+    told = eval_command.with_run_defaults(
+        parse("--run", str(run_dir), "--adapter", str(copy), "--harness", "h0")
+    )
+    assert told.harness == "h0"  # a flag given wins over the run's
+    with pytest.raises(ConfigError, match=r"final adapter /nonexistent/adapters/s\d+ is gone"):
+        eval_command.with_run_defaults(parse("--run", str(run_dir)))
+    with pytest.raises(ConfigError, match="needs --domain"):
+        eval_command.with_run_defaults(parse("--limit", "3"))
+    assert eval_command.with_run_defaults(parse("--domain", "math")).model == "smollm2-135m"
+
+
 def wait_for_units(run_dir: Path, count: int, proc: subprocess.Popen, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

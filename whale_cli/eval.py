@@ -13,7 +13,8 @@ import dspy
 
 from domains import DOMAIN_HELP
 from whale_cli.presets import PRESET_HELP, PRESETS, get_preset
-from whale_cli.wiring import add_thinking_argument
+from whale_cli.wiring import add_model_argument, add_thinking_argument
+from whale_dspy.backends.vllm_server import DEFAULT_MODEL
 from whale_dspy.errors import ConfigError
 from whale_dspy.evaluation import EvalReport
 from whale_dspy.harness import HarnessProgram, HarnessSource
@@ -26,7 +27,12 @@ OUTPUT_FORMATS = ("chat", "json")
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("eval", help="evaluate a harness on a domain split (mean@k, traces)")
-    parser.add_argument("--domain", required=True, help=DOMAIN_HELP)
+    parser.add_argument("--domain", default=None, help=f"{DOMAIN_HELP} (default: --run's)")
+    parser.add_argument(
+        "--run", type=Path, default=None, metavar="RUN_DIR",
+        help="evaluate a run's final program (its domain, model, final harness and adapter), on more "
+        "tasks or another split; --domain, --model, --harness and --adapter override the run's",
+    )  # fmt: skip
     add_harness_arguments(parser)
     add_thinking_argument(parser)
     parser.add_argument("--split", default="test", choices=SPLITS)
@@ -41,7 +47,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--max-tokens", dest="max_tokens", type=int, default=None, help="default: the preset's"
     )
     parser.add_argument("--threads", type=int, default=8)
-    parser.add_argument("--model", default="smollm2-135m", help="embedded model name, local folder or hub id")
+    add_model_argument(parser, default=None)
     parser.add_argument("--server-url", default=None, help="use a running server instead of starting one")
     parser.add_argument("--adapter", default=None, help="LoRA adapter folder to evaluate (default: base)")
     parser.add_argument("--output-format", choices=OUTPUT_FORMATS, default="chat")
@@ -103,6 +109,33 @@ def eval_sampling(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def with_run_defaults(args: argparse.Namespace) -> argparse.Namespace:
+    """The flags with `--run`'s final program where they are silent; without --run, --domain is
+    required and --model defaults to the embedded one. A run's final harness is a file the search
+    may have written, so it runs sandboxed like any other unvouched file."""
+    given = vars(args)
+    if args.run is None:
+        if args.domain is None:
+            raise ConfigError("whale eval needs --domain (or --run RUN_DIR)")
+        return argparse.Namespace(**{**given, "model": args.model or DEFAULT_MODEL})
+    from optimizers.whale_report import load_report
+    from whale_cli.wiring import RunSettings
+
+    settings, final = RunSettings.from_run(args.run), load_report(args.run)
+    adapter = final.adapter["path"] if final.adapter else None
+    if args.adapter is None and adapter is not None and not Path(adapter).is_dir():
+        raise ConfigError(f"{args.run}'s final adapter {adapter} is gone; give its copy with --adapter DIR")
+    return argparse.Namespace(
+        **{
+            **given,
+            "domain": args.domain or settings.domain,
+            "model": args.model or settings.model,
+            "harness": args.harness or str(args.run / final.harness["path"]),
+            "adapter": args.adapter or adapter,
+        }
+    )
+
+
 def adapter_context(output_format: str):
     return dspy.context(adapter=dspy.JSONAdapter()) if output_format == "json" else contextlib.nullcontext()
 
@@ -113,6 +146,7 @@ def run(args: argparse.Namespace) -> int:
     from whale_cli.wiring import backend_for_model, thinking_server_options
     from whale_dspy.sandbox import ContainedEvaluator
 
+    args = with_run_defaults(args)
     domain = get_domain(args.domain)
     source = resolve_harness(args.harness, args.domain, trusted=args.trust_harness)
     examples = domain.load(args.split, args.limit, args.seed)
@@ -164,6 +198,8 @@ def _write_and_print(
     from whale_dspy.jsonl import atomic_write_json
 
     meta = {"domain": args.domain, "harness": harness.name, "split": args.split, "model": served}
+    meta["adapter"] = str(Path(args.adapter).resolve()) if args.adapter else None
+    meta["run"] = str(args.run) if args.run else None
     meta["contained"] = not harness.trusted  # unvouched code ran in the sandbox
     meta["serving"] = serving
     meta["environment"] = environment()

@@ -28,6 +28,7 @@ from domains import DOMAIN_HELP
 from whale_cli.eval import add_harness_arguments, load_adapter_folder
 from whale_cli.wiring import (
     add_agent_arguments,
+    add_model_argument,
     add_thinking_argument,
     agent_jail,
     proposer_help,
@@ -56,7 +57,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help=proposer_help(),
     )
     add_agent_arguments(parser)
-    parser.add_argument("--model", default="smollm2-135m", help="embedded model name, local folder or hub id")
+    add_model_argument(parser)
     add_harness_arguments(parser)
     add_thinking_argument(parser)
     parser.add_argument(

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
-from whale_cli.wiring import add_thinking_argument
+from whale_cli.wiring import add_model_argument, add_thinking_argument
 
 HEALTH_EVERY_S = 30.0
 """Seconds between /health checks; a loaded CPU server can take seconds to answer one."""
@@ -52,7 +52,7 @@ def watch(
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("serve", help="serve an embedded model (plus LoRA adapters) until Ctrl-C")
-    parser.add_argument("--model", default="smollm2-135m", help="embedded model name, local folder or hub id")
+    add_model_argument(parser)
     parser.add_argument("--port", type=int, default=None, help="loopback port (default: a free one)")
     parser.add_argument(
         "--dtype",

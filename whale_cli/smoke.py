@@ -13,6 +13,7 @@ import logging
 import tempfile
 from pathlib import Path
 
+from whale_cli.wiring import add_model_argument
 from whale_dspy.testing.random_adapter import make_random_adapter
 
 logger = logging.getLogger(__name__)
@@ -22,7 +23,7 @@ QUESTION = "Name three colours of the rainbow."
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("smoke", help="serve the embedded model, load a fresh adapter, ask both")
-    parser.add_argument("--model", default="smollm2-135m", help="embedded model name or local folder")
+    add_model_argument(parser)
     parser.add_argument("--run-dir", type=Path, default=None, help="where the log and adapter go (temp dir)")
     parser.add_argument("--question", default=QUESTION)
     parser.set_defaults(func=run)

@@ -16,14 +16,14 @@ from typing import Any
 from domains import DOMAIN_HELP
 from whale_cli.eval import add_harness_arguments
 from whale_cli.presets import PRESET_HELP, PRESETS, get_preset
-from whale_cli.wiring import add_thinking_argument
+from whale_cli.wiring import add_model_argument, add_thinking_argument
 from whale_dspy.backends.vllm_server import thinking_template_kwargs
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("train", help="run the weight phase alone (RFT of a LoRA adapter)")
     parser.add_argument("--domain", required=True, help=DOMAIN_HELP)
-    parser.add_argument("--model", default="smollm2-135m", help="embedded model name, local folder or hub id")
+    add_model_argument(parser)
     add_harness_arguments(parser)
     add_thinking_argument(parser)
     parser.add_argument("--preset", choices=tuple(PRESETS), default="cpu", help=f"RFT sizes ({PRESET_HELP})")

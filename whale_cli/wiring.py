@@ -22,7 +22,7 @@ import dspy
 
 from domains import DOMAIN_HELP
 from whale_cli.presets import PRESET_HELP, PRESETS, get_preset
-from whale_dspy.backends.vllm_server import ADAPTER_SERVING, thinking_template_kwargs
+from whale_dspy.backends.vllm_server import ADAPTER_SERVING, DEFAULT_MODEL, thinking_template_kwargs
 from whale_dspy.errors import ConfigError
 from whale_dspy.harness import HarnessProgram, HarnessSource
 from whale_dspy.protocols import Domain, InferenceBackend
@@ -41,7 +41,7 @@ class RunSettings:
     method: str = "whale"
     schedule: str = "fixed:0.6,6"
     budget: int = 2000
-    model: str = "smollm2-135m"
+    model: str = DEFAULT_MODEL
     seed: int = 0
     eval_every: int | None = None
     eval_k: int = 8
@@ -165,6 +165,12 @@ class RunSettings:
         if not config or "cli" not in config:
             raise ConfigError(f"{run_dir} holds no `whale run` (no config.json with its settings)")
         return cls(**config["cli"])
+
+
+def add_model_argument(parser: argparse.ArgumentParser, default: str | None = DEFAULT_MODEL) -> None:
+    """--model of the commands that serve one model (eval, search, train, serve, smoke)."""
+    help_text = f"embedded model name, local folder or hub id (default {DEFAULT_MODEL})"
+    parser.add_argument("--model", default=default, help=help_text)
 
 
 def add_thinking_argument(parser: argparse.ArgumentParser) -> None:
