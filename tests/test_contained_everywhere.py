@@ -250,7 +250,8 @@ def test_whale_eval_runs_a_harness_file_contained_unless_trusted(tmp_path, fake_
 
 def test_a_runs_test_evaluation_contains_its_harness(tmp_path):
     """What `whale transfer` and a study's test evaluate: the run's harness under some weights."""
-    from whale_cli.wiring import RunSettings, evaluate_on_test, load_data
+    from whale_cli.run_settings import RunSettings
+    from whale_cli.wiring import evaluate_on_test, load_data
 
     settings = RunSettings(domain="chess", test_limit=2, eval_k=1)
     data = load_data(settings)

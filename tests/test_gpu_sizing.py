@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from whale_cli.wiring import RunSettings, make_backend
+from whale_cli.run_settings import RunSettings
+from whale_cli.wiring import make_backend
 from whale_dspy.backends.gpu_sizing import MAX_THREADS, kv_bytes_per_token, size_gpu_run
 from whale_dspy.errors import ConfigError
 

@@ -232,7 +232,8 @@ def scripted_run(
 ) -> dict[str, Any]:
     """`whale run`'s CLI path (progress, outputs, resume) on scripted phases: the test entry point."""
     from whale_cli.run import execute
-    from whale_cli.wiring import RunData, RunSettings
+    from whale_cli.run_settings import RunSettings
+    from whale_cli.wiring import RunData
 
     settings = RunSettings(domain="scripted", schedule="fixed:0.6,3", budget=budget, eval_every=20, eval_k=2)
     domain = SimpleNamespace(signature=QA, tools=lambda example: {}, metric=exact_match)

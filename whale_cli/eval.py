@@ -12,8 +12,8 @@ from typing import Any
 import dspy
 
 from domains import DOMAIN_HELP
+from whale_cli.arguments import add_model_argument, add_thinking_argument
 from whale_cli.presets import PRESET_HELP, PRESETS, get_preset
-from whale_cli.wiring import add_model_argument, add_thinking_argument
 from whale_dspy.backends.vllm_server import DEFAULT_MODEL
 from whale_dspy.errors import ConfigError
 from whale_dspy.evaluation import EvalReport
@@ -119,7 +119,7 @@ def with_run_defaults(args: argparse.Namespace) -> argparse.Namespace:
             raise ConfigError("whale eval needs --domain (or --run RUN_DIR)")
         return argparse.Namespace(**{**given, "model": args.model or DEFAULT_MODEL})
     from optimizers.whale_report import load_report
-    from whale_cli.wiring import RunSettings
+    from whale_cli.run_settings import RunSettings
 
     settings, final = RunSettings.from_run(args.run), load_report(args.run)
     adapter = final.adapter["path"] if final.adapter else None

@@ -25,15 +25,10 @@ from rich.console import Console
 from rich.table import Table
 
 from domains import DOMAIN_HELP
+from whale_cli.arguments import add_agent_arguments, add_model_argument, add_thinking_argument, proposer_help
 from whale_cli.eval import add_harness_arguments, load_adapter_folder
-from whale_cli.wiring import (
-    add_agent_arguments,
-    add_model_argument,
-    add_thinking_argument,
-    agent_jail,
-    proposer_help,
-    proposer_lm,
-)
+from whale_cli.run_settings import agent_jail
+from whale_cli.wiring import DATA_SEED, proposer_lm
 from whale_dspy.backends import RemoteServer
 from whale_dspy.evaluation import InProcessEvaluator
 from whale_dspy.harness import HarnessProgram
@@ -42,8 +37,6 @@ from whale_dspy.protocols import CandidateEvaluator, InferenceBackend
 from whale_dspy.provenance import environment
 from whale_dspy.reporting.tables import tokens_cell
 from whale_dspy.stats import PairedGain, paired_gain
-
-DATA_SEED = 0
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

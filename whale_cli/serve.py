@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
-from whale_cli.wiring import add_model_argument, add_thinking_argument
+from whale_cli.arguments import add_model_argument, add_thinking_argument
 
 HEALTH_EVERY_S = 30.0
 """Seconds between /health checks; a loaded CPU server can take seconds to answer one."""

@@ -13,7 +13,7 @@ import logging
 import tempfile
 from pathlib import Path
 
-from whale_cli.wiring import add_model_argument
+from whale_cli.arguments import add_model_argument
 from whale_dspy.testing.random_adapter import make_random_adapter
 
 logger = logging.getLogger(__name__)
