@@ -174,6 +174,28 @@ def test_eval_of_a_run_takes_its_final_program_where_the_flags_are_silent(finish
     assert eval_command.with_run_defaults(parse("--domain", "math")).model == "smollm2-135m"
 
 
+def test_eval_of_a_run_samples_as_the_run_did_and_refuses_an_unfinished_one(finished, tmp_path):
+    import shutil
+
+    from whale_cli import eval as eval_command
+    from whale_cli.main import build_parser
+
+    run_dir = Path(shutil.copytree(finished[0], tmp_path / "run"))
+    config = json.loads((run_dir / "config.json").read_text())
+    config["cli"] |= {"preset": "gpu", "thinking": False}
+    (run_dir / "config.json").write_text(json.dumps(config))
+    parse = lambda *argv: build_parser().parse_args(["eval", "--run", str(run_dir), "--adapter", ".", *argv])  # noqa: E731
+    filled = eval_command.with_run_defaults(parse())
+    assert (filled.preset, filled.thinking) == ("gpu", False)  # max_tokens 2048, as the run sampled
+    assert eval_command.eval_sampling(filled) == run.RunSettings.from_run(run_dir).sampling
+    told = eval_command.with_run_defaults(parse("--preset", "cpu", "--thinking"))
+    assert (told.preset, told.thinking) == ("cpu", True)  # the flags given win
+    checkpoint = json.loads((run_dir / "checkpoint.json").read_text())
+    (run_dir / "checkpoint.json").write_text(json.dumps({**checkpoint, "finished": None}))
+    with pytest.raises(ConfigError, match="is unfinished"):
+        eval_command.with_run_defaults(parse())
+
+
 def wait_for_units(run_dir: Path, count: int, proc: subprocess.Popen, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -248,6 +248,32 @@ def test_whale_eval_runs_a_harness_file_contained_unless_trusted(tmp_path, fake_
     assert scores == {False: (0.0, True), True: (1.0, False)}
 
 
+def test_whale_eval_of_a_run_runs_its_final_harness_contained_under_its_adapter(tmp_path, fake_server_url):
+    """`whale eval --run DIR`: the run's final harness file (model-written: sandboxed) and adapter."""
+    from whale_helpers import scripted_run
+
+    from whale_cli.main import main
+    from whale_dspy.rundir import RunDir
+
+    url, _ = fake_server_url
+    run_dir = tmp_path / "run"
+    final = scripted_run(run_dir, budget=30)
+    config = RunDir(run_dir).config()
+    config["cli"]["domain"] = "chess"  # the scripted domain has no loader: recorded as a chess run
+    (run_dir / "config.json").write_text(json.dumps(config))
+    (run_dir / final["harness"]["path"]).write_text(cd.CHESS_CHEAT)
+    copy = tmp_path / "adapter-copy"  # a committed copy of the final adapter; the server is fake
+    copy.mkdir()
+    (copy / "adapter_config.json").write_text("{}")
+    out = tmp_path / "eval"
+    argv = ["eval", "--run", str(run_dir), "--adapter", str(copy), "--limit", "2", "--k", "1"]
+    assert main([*argv, "--server-url", url, "--out", str(out)]) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert (report["run"], report["adapter"], report["domain"]) == (str(run_dir), str(copy), "chess")
+    assert report["contained"] and report["mean_at_k"] == 0.0  # the cheat, caught in the sandbox
+    assert report["harness"] == Path(final["harness"]["path"]).stem  # the run's file, not chess_h0
+
+
 def test_a_runs_test_evaluation_contains_its_harness(tmp_path):
     """What `whale transfer` and a study's test evaluate: the run's harness under some weights."""
     from whale_cli.run_settings import RunSettings

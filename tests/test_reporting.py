@@ -144,7 +144,9 @@ def test_rollouts_to_reach_the_best_baselines_final_count_each_seeds_first_check
     assert "harness-only's final 0.450" in text and "| whale | 50, 100 |" in text
     assert "| weight-only | not reached |" in text
     assert rollouts_to_reach(REPORTS).rollouts["whale"] == [50, 60]  # weight-only's 0.3 is the bar
-    assert reach_table(REPORTS[:2]) == ""  # WHALE alone: no baseline to reach
+    assert reach_table(REPORTS[:2]) == "" and reach_table(REPORTS[2:]) == ""  # one method: nothing to reach
+    going = {**report("whale", [point(0, 0.2), point(50, 0.25)]), "finished": None}
+    assert rollouts_to_reach([*REPORTS, going]).rollouts["whale"] == [50, 60, "unfinished"]
 
 
 def test_runs_recorded_without_per_task_scores_get_no_paired_row():

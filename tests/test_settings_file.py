@@ -120,11 +120,11 @@ def test_a_preset_sizes_both_phases_and_an_unknown_one_names_the_valid() -> None
 
 
 def test_whale_eval_samples_as_the_run_it_checks_unless_told_otherwise() -> None:
-    from whale_cli.eval import eval_sampling
+    from whale_cli.eval import eval_sampling, with_run_defaults
     from whale_cli.presets import PRESETS
 
     run = RunSettings(domain="math").sampling
-    assert eval_sampling(build_parser().parse_args(["eval", "--domain", "math"])) == run
+    assert eval_sampling(with_run_defaults(build_parser().parse_args(["eval", "--domain", "math"]))) == run
     told = build_parser().parse_args(["eval", "--domain", "math", "--preset", "gpu", "--temperature", "0.2"])
     assert eval_sampling(told) == {**PRESETS["gpu"].sampling(), "temperature": 0.2}
 

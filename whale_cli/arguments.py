@@ -12,9 +12,11 @@ from whale_cli.run_settings import RunSettings
 from whale_dspy.backends.vllm_server import ADAPTER_SERVING, DEFAULT_MODEL
 
 
-def add_model_argument(parser: argparse.ArgumentParser, default: str | None = DEFAULT_MODEL) -> None:
-    """--model of the commands that serve one model (eval, search, train, serve, smoke)."""
-    help_text = f"embedded model name, local folder or hub id (default {DEFAULT_MODEL})"
+def add_model_argument(
+    parser: argparse.ArgumentParser, default: str | None = DEFAULT_MODEL, shown: str = DEFAULT_MODEL
+) -> None:
+    """--model; `default` None leaves it to the command (a run's settings), `shown` says what it is."""
+    help_text = f"embedded model name, local folder or hub id (default {shown})"
     parser.add_argument("--model", default=default, help=help_text)
 
 
@@ -62,9 +64,7 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, method: bool = True, s
     if schedule:
         parser.add_argument("--schedule", help=schedule_help())
     parser.add_argument("--budget", type=int, help=f"optimization rollouts (default {RunSettings.budget})")
-    parser.add_argument(
-        "--model", help=f"embedded model name, local folder or hub id (default {RunSettings.model})"
-    )
+    add_model_argument(parser, default=None, shown=RunSettings.model)
     parser.add_argument("--eval-every", dest="eval_every", type=int, help="rollouts between test evaluations")
     parser.add_argument(
         "--eval-k", dest="eval_k", type=int, help=f"samples per test task (default {RunSettings.eval_k})"

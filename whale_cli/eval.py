@@ -14,6 +14,7 @@ import dspy
 from domains import DOMAIN_HELP
 from whale_cli.arguments import add_model_argument, add_thinking_argument
 from whale_cli.presets import PRESET_HELP, PRESETS, get_preset
+from whale_cli.run_settings import RunSettings
 from whale_dspy.backends.vllm_server import DEFAULT_MODEL
 from whale_dspy.errors import ConfigError
 from whale_dspy.evaluation import EvalReport
@@ -30,8 +31,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--domain", default=None, help=f"{DOMAIN_HELP} (default: --run's)")
     parser.add_argument(
         "--run", type=Path, default=None, metavar="RUN_DIR",
-        help="evaluate a run's final program (its domain, model, final harness and adapter), on more "
-        "tasks or another split; --domain, --model, --harness and --adapter override the run's",
+        help="evaluate a finished run's final program (its domain, model, final harness and adapter, "
+        "under its preset's sampling and thinking switch) on more tasks or another split; the flags "
+        "given override the run's",
     )  # fmt: skip
     add_harness_arguments(parser)
     add_thinking_argument(parser)
@@ -39,15 +41,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--limit", type=int, default=20, help="tasks to evaluate (default 20)")
     parser.add_argument("--k", type=int, default=8, help="samples per task (default 8)")
     parser.add_argument(
-        "--preset", choices=tuple(PRESETS), default="cpu",
-        help=f"whose sampling to evaluate under, as a run with it does ({PRESET_HELP})",
+        "--preset", choices=tuple(PRESETS), default=None,
+        help=f"whose sampling to evaluate under, as a run with it does (default: --run's, else "
+        f"{RunSettings.preset}; {PRESET_HELP})",
     )  # fmt: skip
     parser.add_argument("--temperature", type=float, default=None, help="default: the preset's")
     parser.add_argument(
         "--max-tokens", dest="max_tokens", type=int, default=None, help="default: the preset's"
     )
     parser.add_argument("--threads", type=int, default=8)
-    add_model_argument(parser, default=None)
+    add_model_argument(parser, default=None, shown=f"--run's, else {DEFAULT_MODEL}")
     parser.add_argument("--server-url", default=None, help="use a running server instead of starting one")
     parser.add_argument("--adapter", default=None, help="LoRA adapter folder to evaluate (default: base)")
     parser.add_argument("--output-format", choices=OUTPUT_FORMATS, default="chat")
@@ -110,18 +113,23 @@ def eval_sampling(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def with_run_defaults(args: argparse.Namespace) -> argparse.Namespace:
-    """The flags with `--run`'s final program where they are silent; without --run, --domain is
-    required and --model defaults to the embedded one. A run's final harness is a file the search
-    may have written, so it runs sandboxed like any other unvouched file."""
+    """The flags with `--run`'s final program and sampling where they are silent; without --run,
+    --domain is required and the rest default as for a new run (`RunSettings`). A run's final
+    harness is a file the search may have written, so it runs sandboxed like any unvouched file."""
     given = vars(args)
     if args.run is None:
         if args.domain is None:
             raise ConfigError("whale eval needs --domain (or --run RUN_DIR)")
-        return argparse.Namespace(**{**given, "model": args.model or DEFAULT_MODEL})
+        return argparse.Namespace(
+            **{**given, "model": args.model or DEFAULT_MODEL, "preset": args.preset or RunSettings.preset}
+        )
     from optimizers.whale_report import load_report
-    from whale_cli.run_settings import RunSettings
 
     settings, final = RunSettings.from_run(args.run), load_report(args.run)
+    if not final.finished:
+        raise ConfigError(
+            f"{args.run} is unfinished: finish it (whale run --resume) to evaluate its final program"
+        )
     adapter = final.adapter["path"] if final.adapter else None
     if args.adapter is None and adapter is not None and not Path(adapter).is_dir():
         raise ConfigError(f"{args.run}'s final adapter {adapter} is gone; give its copy with --adapter DIR")
@@ -132,6 +140,8 @@ def with_run_defaults(args: argparse.Namespace) -> argparse.Namespace:
             "model": args.model or settings.model,
             "harness": args.harness or str(args.run / final.harness["path"]),
             "adapter": args.adapter or adapter,
+            "preset": args.preset or settings.preset,
+            "thinking": settings.thinking if args.thinking is None else args.thinking,
         }
     )
 

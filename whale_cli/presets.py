@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from whale_dspy.backends.gpu_sizing import MAX_THREADS
 from whale_dspy.errors import ConfigError
 
 
@@ -54,8 +55,14 @@ def _gpu_rft(**overrides: Any) -> Any:
 
 PRESETS: dict[str, Preset] = {
     "cpu": Preset("the embedded models on a few CPU cores", _cpu_rft, {"tasks": 8}),
-    # 64 search tasks per candidate: one wave of the sized threads (WHALE's own used 256)
-    "gpu": Preset("a 0.5-4B model on one or more GPUs, sized from both", _gpu_rft, {"tasks": 64}, True),
+    # one wave of concurrent rollouts per candidate (WHALE's own searched 256 tasks); a sized run
+    # lays its threads over these
+    "gpu": Preset(
+        "a 0.5-4B model on one or more GPUs, sized from both",
+        _gpu_rft,
+        {"tasks": MAX_THREADS, "threads": MAX_THREADS},
+        True,
+    ),
 }
 
 PRESET_HELP = "; ".join(f"{name}: {preset.about}" for name, preset in PRESETS.items())

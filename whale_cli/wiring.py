@@ -6,7 +6,6 @@ backends, optimizers); it builds everything from one `RunSettings` (whale_cli.ru
 
 from __future__ import annotations
 
-import logging
 import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -23,7 +22,6 @@ from whale_dspy.harness import HarnessProgram, HarnessSource
 from whale_dspy.protocols import Domain, InferenceBackend
 from whale_dspy.rundir import RunDir
 
-log = logging.getLogger(__name__)
 DATA_SEED = 0
 """Task subsampling does not follow --seed: every method and seed sees the same tasks."""
 

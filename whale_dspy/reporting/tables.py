@@ -194,35 +194,41 @@ def paired_table(reports: Sequence[dict[str, Any]]) -> str:
     return "\n".join(rows) + "\n\n" + note
 
 
+UNFINISHED = "unfinished"
+
+
 @dataclass(frozen=True)
 class Reach:
     """The best baseline's final mean@k (its seeds' mean) and, per method, the rollouts at which
-    each seed's curve first reached it (None: never): what budget a method needs to match where
-    the strongest alternative ended, the paper's sample-efficiency reading."""
+    each seed's curve first reached it: what budget a method needs to match where the strongest
+    alternative ended, the paper's sample-efficiency reading. None: a finished run that never
+    reached it; UNFINISHED: a run still going that has not reached it yet."""
 
     baseline: str
     target: float
-    rollouts: dict[str, list[int | None]]
+    rollouts: dict[str, list[int | str | None]]
 
 
 def rollouts_to_reach(reports: Sequence[dict[str, Any]]) -> Reach | None:
-    """None without a finished baseline (a comparison of WHALE schedules alone)."""
+    """None for a single method (a run's own report) or without a finished baseline."""
     groups = group_by_method(reports)
     finals = {
-        label: _score([r["final"] for r in finished(runs)])
-        for label, runs in groups.items()
-        if runs[0]["method"] != SWEPT
+        s.method: s.final.mean
+        for s in summarize_methods(reports)
+        if s.final and groups[s.method][0]["method"] != SWEPT
     }
-    finals = {label: score.mean for label, score in finals.items() if score}
-    if not finals:
+    if len(groups) < 2 or not finals:
         return None
     baseline = max(finals, key=finals.__getitem__)
     target = finals[baseline]
-    reached = {
-        label: [next((p["rollouts"] for p in r["curve"] if p["mean_at_k"] >= target), None) for r in runs]
-        for label, runs in groups.items()
-    }
-    return Reach(baseline, target, reached)
+
+    def first_at_target(run: dict[str, Any]) -> int | str | None:
+        reached = next((p["rollouts"] for p in run["curve"] if p["mean_at_k"] >= target), None)
+        return UNFINISHED if reached is None and run not in finished([run]) else reached
+
+    return Reach(
+        baseline, target, {label: [first_at_target(r) for r in runs] for label, runs in groups.items()}
+    )
 
 
 def reach_table(reports: Sequence[dict[str, Any]]) -> str:
