@@ -224,7 +224,7 @@ def rollouts_to_reach(reports: Sequence[dict[str, Any]]) -> Reach | None:
 
     def first_at_target(run: dict[str, Any]) -> int | str | None:
         reached = next((p["rollouts"] for p in run["curve"] if p["mean_at_k"] >= target), None)
-        return UNFINISHED if reached is None and run not in finished([run]) else reached
+        return UNFINISHED if reached is None and not finished([run]) else reached
 
     return Reach(
         baseline, target, {label: [first_at_target(r) for r in runs] for label, runs in groups.items()}
