@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import dspy
 import pytest
@@ -10,7 +11,7 @@ import pytest
 from whale_dspy.errors import ConfigError, HarnessError
 from whale_dspy.evaluation import EvalReport, evaluate
 from whale_dspy.harness import HarnessProgram, HarnessSource
-from whale_dspy.jsonl import read_jsonl
+from whale_dspy.jsonl import append_jsonl, read_jsonl
 from whale_dspy.records import Rollout
 from whale_dspy.stats import bootstrap_ci, paired_gain
 from whale_dspy.testing.scripted_lm import ScriptedLM
@@ -216,3 +217,29 @@ def test_completions_cut_at_their_max_tokens_are_counted_not_warned() -> None:
         record("LM response was truncated; increase max_tokens or inspect history.")
     )
     assert drop_truncation_warnings(record("some other warning"))
+
+
+def test_an_interrupted_evaluation_given_its_trace_runs_only_the_rest(program, tmp_path):
+    whole = tmp_path / "whole.jsonl"
+    answers = {"q0?": {"answer": "0"}, "q1?": {"answer": "no"}, "q2?": {"answer": "2"}}
+    full, _ = evaluate(
+        program, tasks(3), metric=exact, lm=ScriptedLM(answers), k=2, threads=1, trace_path=whole
+    )
+    recorded = [Rollout.from_dict(row) for row in read_jsonl(whole)]
+    first = sorted(recorded, key=lambda r: (r.task_id, r.sample))[:3]  # t0 both samples, t1 sample 0
+    stranger = replace(first[0], task_id="t9")  # a task this evaluation does not hold: ignored
+    trace = tmp_path / "resumed.jsonl"
+    for rollout in first:
+        append_jsonl(trace, rollout.to_dict())
+    # Scripted for the three missing rollouts only: re-running a done one would exhaust it.
+    rest = ScriptedLM({"q1?": [{"answer": "no"}], "q2?": [{"answer": "2"}, {"answer": "2"}]})
+    report, rollouts = evaluate(
+        program, tasks(3), metric=exact, lm=rest, k=2, threads=1, trace_path=trace, done=[*first, stranger]
+    )
+    assert all(r.error is None for r in rollouts)
+    assert report.per_task == full.per_task and report.mean_at_k == full.mean_at_k
+    assert (report.rollouts, report.resumed) == (6, 3)
+    ids = lambda rollouts: sorted((r.task_id, r.sample, r.rollout_id) for r in rollouts)  # noqa: E731
+    again = [Rollout.from_dict(row) for row in read_jsonl(trace)]
+    assert ids(again) == ids(recorded)  # the uninterrupted evaluation's rollout ids, each recorded once
+    assert report.rollouts_per_second == pytest.approx(3 / report.seconds)  # only this call's rollouts

@@ -1,4 +1,10 @@
-"""`whale eval`: mean@k of one harness on one domain split, with its traces written to disk."""
+"""`whale eval`: mean@k of one harness on one domain split, with its traces written to disk.
+
+A read of hundreds of tasks takes a CPU tens of minutes, so `--out DIR` holding an
+interrupted read of the same settings (DIR/config.json) continues it: the rollouts in its
+traces.jsonl are kept and only the rest are run, with the same rollout ids. Other settings in
+that folder are refused with the differences listed.
+"""
 
 from __future__ import annotations
 
@@ -22,6 +28,7 @@ from whale_dspy.harness import HarnessProgram, HarnessSource
 from whale_dspy.protocols import SPLITS
 from whale_dspy.provenance import environment
 
+TRACES_FILE = "traces.jsonl"
 OUTPUT_FORMATS = ("chat", "json")
 """chat: DSPy's ChatAdapter; json: JSONAdapter, which the server turns into schema-constrained decoding."""
 
@@ -54,7 +61,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--server-url", default=None, help="use a running server instead of starting one")
     parser.add_argument("--adapter", default=None, help="LoRA adapter folder to evaluate (default: base)")
     parser.add_argument("--output-format", choices=OUTPUT_FORMATS, default="chat")
-    parser.add_argument("--out", type=Path, default=None, help="folder for traces.jsonl and report.json")
+    parser.add_argument(
+        "--out", type=Path, default=None,
+        help="folder for traces.jsonl and report.json; one holding an interrupted read of the same "
+        "settings continues it",
+    )  # fmt: skip
     parser.add_argument("--seed", type=int, default=0, help="task sample seed")
     parser.set_defaults(func=run)
 
@@ -152,16 +163,49 @@ def adapter_context(output_format: str):
 
 def run(args: argparse.Namespace) -> int:
     from domains import get_domain
-    from whale_cli.run import served
-    from whale_cli.wiring import backend_for_model, thinking_server_options
-    from whale_dspy.sandbox import ContainedEvaluator
+    from whale_dspy.rundir import RunDir, sole_writer
 
     args = with_run_defaults(args)
     domain = get_domain(args.domain)
     source = resolve_harness(args.harness, args.domain, trusted=args.trust_harness)
     examples = domain.load(args.split, args.limit, args.seed)
     out = args.out or Path("runs") / f"eval-{args.domain}-{source.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    out.mkdir(parents=True, exist_ok=True)
+    with sole_writer(out):
+        if (out / TRACES_FILE).exists() and RunDir(out).config() is None:
+            raise ConfigError(f"{out} holds traces of a read with no recorded settings; use a new --out")
+        RunDir.open(out, read_settings(args, source))  # refuses a folder holding another read
+        _evaluate(args, domain, source, examples, out)
+    return 0
+
+
+def read_settings(args: argparse.Namespace, source: HarnessSource) -> dict[str, Any]:
+    """What fixes a read's rollouts: the same settings give the same rollout ids and samples, so
+    an interrupted read continues only under these (threads and the server's address may change)."""
+    return {
+        "domain": args.domain,
+        "model": args.model,
+        "harness": {"name": source.name, "digest": source.digest},
+        "adapter": str(Path(args.adapter).resolve()) if args.adapter else None,
+        "split": args.split,
+        "limit": args.limit,
+        "seed": args.seed,
+        "k": args.k,
+        "sampling": eval_sampling(args),
+        "output_format": args.output_format,
+        "thinking": args.thinking,
+    }
+
+
+def _evaluate(
+    args: argparse.Namespace, domain: Any, source: HarnessSource, examples: list[Any], out: Path
+) -> None:
+    from whale_cli.run import served
+    from whale_cli.wiring import backend_for_model, thinking_server_options
+    from whale_dspy.jsonl import read_jsonl
+    from whale_dspy.records import Rollout
+    from whale_dspy.sandbox import ContainedEvaluator
+
+    done = [Rollout.from_dict(record) for record in read_jsonl(out / TRACES_FILE)]
     own = thinking_server_options(args.server_url, args.thinking)
     with served(backend_for_model(args.model, out, args.server_url, **own)) as backend:
         model_served = backend.served_model()  # what ran, whatever --model said
@@ -169,7 +213,8 @@ def run(args: argparse.Namespace) -> int:
         adapter_name = load_adapter_folder(backend, args.adapter, args.model, "eval")
         lm = backend.lm(adapter=adapter_name, **eval_sampling(args))
         program = HarnessProgram(source, domain.signature, domain.tools, lm=lm, adapter_name=adapter_name)
-        with adapter_context(args.output_format), _progress(len(examples) * args.k) as advance:
+        total = len(examples) * args.k
+        with adapter_context(args.output_format), _progress(total, len(done)) as advance:
             report, _ = ContainedEvaluator.for_long_evaluations(args.threads).evaluate(
                 program,
                 examples,
@@ -177,19 +222,19 @@ def run(args: argparse.Namespace) -> int:
                 lm=lm,
                 k=args.k,
                 namespace=f"eval-{args.split}",
-                trace_path=out / "traces.jsonl",
+                trace_path=out / TRACES_FILE,
                 on_rollout=lambda rollout: advance(),
+                done=done,
             )
     _write_and_print(report, out, args, source, model_served, serving)
-    return 0
 
 
 @contextlib.contextmanager
-def _progress(total: int):
+def _progress(total: int, completed: int):
     from rich.progress import Progress
 
     with Progress(transient=True) as progress:
-        task = progress.add_task("rollouts", total=total)
+        task = progress.add_task("rollouts", total=total, completed=completed)
         yield lambda: progress.advance(task)
 
 
@@ -240,4 +285,4 @@ def _write_and_print(
         f"{report.rollouts_per_second:.2f}",
     )
     Console().print(table)
-    Console().print(f"traces: {out / 'traces.jsonl'}")
+    Console().print(f"traces: {out / TRACES_FILE}")

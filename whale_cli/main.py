@@ -27,6 +27,7 @@ SUBCOMMANDS = (
     "whale_cli.run",
     "whale_cli.compare",
     "whale_cli.report",
+    "whale_cli.paired",
     "whale_cli.transfer",
     "whale_cli.config",
 )

@@ -2,7 +2,9 @@
 
 Rollouts run in threads (the server batches concurrent requests); each one is
 appended to the trace file as soon as it finishes, so an interrupted
-evaluation keeps what it did.
+evaluation keeps what it did, and a later call given those rollouts (`done`)
+measures only the rest: rollout ids derive from (namespace, task, sample), so
+the finished evaluation is the one an uninterrupted call would have made.
 """
 
 from __future__ import annotations
@@ -50,17 +52,20 @@ class EvalReport:
     per_task: dict[str, list[float]]
     truncated_calls: int = 0
     """LM calls whose completion hit its max_tokens (counted here instead of DSPy's warnings)."""
+    resumed: int = 0
+    """Rollouts carried over from an interrupted evaluation: scored here, not timed by `seconds`."""
 
     @property
     def rollouts_per_second(self) -> float:
-        return self.rollouts / self.seconds if self.seconds else 0.0
+        return (self.rollouts - self.resumed) / self.seconds if self.seconds else 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def summarize(rollouts: Sequence[Rollout], *, k: int, seconds: float) -> EvalReport:
-    """Aggregate rollouts into mean@k (mean over tasks of the mean over samples) and pass@k."""
+def summarize(rollouts: Sequence[Rollout], *, k: int, seconds: float, resumed: int = 0) -> EvalReport:
+    """Aggregate rollouts into mean@k (mean over tasks of the mean over samples) and pass@k;
+    `seconds` timed all but the first `resumed` of them."""
     per_task: dict[str, list[float]] = defaultdict(list)
     for rollout in sorted(rollouts, key=lambda r: (r.task_id, r.sample)):
         per_task[rollout.task_id].append(rollout.score)
@@ -82,6 +87,7 @@ def summarize(rollouts: Sequence[Rollout], *, k: int, seconds: float) -> EvalRep
         seconds=seconds,
         per_task=dict(per_task),
         truncated_calls=sum(r.truncated_calls for r in rollouts),
+        resumed=resumed,
     )
 
 
@@ -96,9 +102,14 @@ def evaluate(
     namespace: str = "eval",
     trace_path: Path | None = None,
     on_rollout: Callable[[Rollout], None] | None = None,
+    done: Sequence[Rollout] = (),
     **sampling: Any,
 ) -> tuple[EvalReport, list[Rollout]]:
     """Run k samples of every task; the rollout ids derive from (namespace, task, sample).
+
+    `done` holds rollouts an interrupted call of this same evaluation recorded (its trace): their
+    (task, sample) pairs are not run again, and the report counts them. Those of other tasks or
+    samples are ignored.
 
     The samples are drawn under the LM's own settings (the run's configuration made it);
     `sampling` (temperature=..., max_tokens=...) overrides them for this evaluation only.
@@ -113,9 +124,16 @@ def evaluate(
     lm = lm or program.bound_lm or dspy.settings.lm
     if lm is None:
         raise ConfigError("no LM: pass lm=, bind one to the program, or dspy.configure(lm=...)")
-    jobs = [(example, sample) for example in examples for sample in range(k)]
+    wanted = {(example.get("task_id"), sample) for example in examples for sample in range(k)}
+    kept = {(r.task_id, r.sample): r for r in done if (r.task_id, r.sample) in wanted}
+    jobs = [
+        (example, sample)
+        for example in examples
+        for sample in range(k)
+        if (example.get("task_id"), sample) not in kept
+    ]
     started = time.perf_counter()
-    rollouts: list[Rollout] = []
+    rollouts: list[Rollout] = list(kept.values())
     pool = ThreadPoolExecutor(max_workers=threads)
     futures = []
     wait_for_running = True
@@ -148,7 +166,8 @@ def evaluate(
         raise
     finally:  # e.g. BackendError (the server is gone): start none of the rest
         pool.shutdown(wait=wait_for_running, cancel_futures=True)
-    return summarize(rollouts, k=k, seconds=time.perf_counter() - started), rollouts
+    report = summarize(rollouts, k=k, seconds=time.perf_counter() - started, resumed=len(kept))
+    return report, rollouts
 
 
 class InProcessEvaluator:
@@ -175,6 +194,7 @@ class InProcessEvaluator:
         namespace: str,
         trace_path: Path | None = None,
         on_rollout: Callable[[Rollout], None] | None = None,
+        done: Sequence[Rollout] = (),
         **sampling: Any,
     ) -> tuple[EvalReport, list[Rollout]]:
         if self.run_unvouched_in_process:
@@ -189,5 +209,6 @@ class InProcessEvaluator:
             namespace=namespace,
             trace_path=trace_path,
             on_rollout=on_rollout,
+            done=done,
             **sampling,
         )

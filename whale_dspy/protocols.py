@@ -118,6 +118,7 @@ class CandidateEvaluator(Protocol):
     `whale_dspy.evaluation.InProcessEvaluator` runs it in this process; the
     sandboxed evaluator runs the harness code in a contained child process.
     `limits`: what contains the code (its import allowlist, time limits), None in process.
+    `done`: rollouts an interrupted call of the same evaluation recorded; only the rest are run.
     """
 
     limits: SandboxLimits | None
@@ -133,5 +134,6 @@ class CandidateEvaluator(Protocol):
         namespace: str,
         trace_path: Path | None = None,
         on_rollout: Callable[[Any], None] | None = None,
+        done: Sequence[Any] = (),
         **sampling: Any,
     ) -> tuple[Any, list[Any]]: ...

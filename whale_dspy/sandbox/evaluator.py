@@ -84,6 +84,7 @@ class SandboxedEvaluator:
         namespace: str,
         trace_path: Path | None = None,
         on_rollout: Callable[[Rollout], None] | None = None,
+        done: Sequence[Rollout] = (),
         **sampling: Any,
     ) -> tuple[EvalReport, list[Rollout]]:
         adapter_name(dspy.settings.adapter)  # a ConfigError now, not one per rollout
@@ -99,6 +100,7 @@ class SandboxedEvaluator:
                 namespace=namespace,
                 trace_path=trace_path,
                 on_rollout=on_rollout,
+                done=done,
                 **sampling,
             )
 

@@ -1,0 +1,94 @@
+"""Large held-out reads: `whale eval --out DIR` continues an interrupted read, `whale paired` pairs
+finished ones task by task."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from server_helpers import fake_server
+
+from whale_cli.main import main
+from whale_dspy.jsonl import read_jsonl
+
+
+def refused(argv: list[str], capsys) -> str:
+    """The error `whale` printed for a command it refused (exit status 2)."""
+    capsys.readouterr()
+    assert main(argv) == 2
+    return capsys.readouterr().err
+
+
+@pytest.fixture
+def server_url(tmp_path):
+    (tmp_path / "server").mkdir()
+    server = fake_server(tmp_path / "server")
+    server.start()
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+def test_a_read_continues_in_its_folder_and_refuses_other_settings(tmp_path, server_url, capsys):
+    out = tmp_path / "read"
+    argv = ["eval", "--domain", "chess", "--limit", "3", "--k", "1", "--server-url", server_url]
+    argv += ["--model", "org/asked-model", "--out", str(out)]
+    assert main(argv) == 0
+    first = json.loads((out / "report.json").read_text())
+    traces = list(read_jsonl(out / "traces.jsonl"))
+    assert (first["rollouts"], first["resumed"]) == (3, 0)
+    # Interrupted after two rollouts: the third is run again, the first two are kept as recorded.
+    (out / "traces.jsonl").write_text("".join(json.dumps(t) + "\n" for t in traces[:2]))
+    (out / "report.json").unlink()
+    assert main(argv) == 0
+    resumed = json.loads((out / "report.json").read_text())
+    assert (resumed["rollouts"], resumed["resumed"]) == (3, 2)
+    assert resumed["per_task"] == first["per_task"]
+    again = list(read_jsonl(out / "traces.jsonl"))
+    assert again[:2] == traces[:2] and len(again) == 3
+    assert again[2]["rollout_id"] == traces[2]["rollout_id"]
+    assert "another configuration: k: 1 -> 2" in refused([*argv[:6], "2", *argv[7:]], capsys)
+    assert len(list(read_jsonl(out / "traces.jsonl"))) == 3  # the refused read added nothing
+    (out / "config.json").unlink()  # traces from before reads recorded their settings
+    assert "with no recorded settings" in refused(argv, capsys)
+
+
+def write_read(folder, per_task, *, split="test", harness="h0", adapter=None):
+    folder.mkdir(parents=True)
+    means = [sum(s) / len(s) for s in per_task.values()]
+    report = {
+        "domain": "squad", "split": split, "harness": harness, "adapter": adapter, "k": 1,
+        "tasks": len(per_task), "mean_at_k": sum(means) / len(means), "ci_low": 0.0, "ci_high": 1.0,
+        "per_task": per_task,
+    }  # fmt: skip
+    (folder / "report.json").write_text(json.dumps(report))
+    return folder
+
+
+def test_paired_compares_every_later_read_with_every_earlier_one(tmp_path, capsys):
+    start = write_read(tmp_path / "start", {f"t{i}": [0.0] for i in range(40)})
+    half = {f"t{i}": [1.0 if i % 2 else 0.0] for i in range(40)}
+    better = write_read(tmp_path / "better", half, adapter="/a")
+    same = write_read(tmp_path / "same", half, harness="c1")
+    table_file = tmp_path / "table.md"
+    argv = ["paired", str(start), str(better), str(same), "--labels", "h0,weights,harness"]
+    assert main([*argv, "--out", str(table_file)]) == 0
+    table = table_file.read_text()
+    assert table in capsys.readouterr().out
+    rows = {line.split(" | ")[0].strip("| "): line for line in table.splitlines() if " − " in line}
+    assert list(rows) == ["weights − h0", "harness − h0", "harness − weights"]
+    assert "| +0.500 |" in rows["weights − h0"] and "beyond noise" in rows["weights − h0"]
+    assert "| +0.000 | [+0.000, +0.000] | 40 | within noise |" in rows["harness − weights"]
+    assert "| weights | h0 | adapter | 40 | 1 |" in table and "| harness | c1 | base |" in table
+
+
+def test_paired_refuses_what_cannot_be_paired(tmp_path, capsys):
+    a = write_read(tmp_path / "a", {"t0": [1.0]})
+    assert "at least two reads" in refused(["paired", str(a)], capsys)
+    b = write_read(tmp_path / "b", {"t0": [1.0]}, split="val")
+    assert "different domains or splits" in refused(["paired", str(a), str(b)], capsys)
+    c = write_read(tmp_path / "c", {"t1": [1.0]})
+    assert "share at least one task" in refused(["paired", str(a), str(c)], capsys)
+    assert "holds no finished read" in refused(["paired", str(a), str(tmp_path / "unfinished")], capsys)
+    assert "--labels names 1 reads, but 2" in refused(["paired", str(a), str(c), "--labels", "one"], capsys)

@@ -1,0 +1,53 @@
+"""`whale paired READ_DIR...`: pair `whale eval` reads of several programs task by task.
+
+Give the reads in the order to subtract: every later read is compared with every earlier one, so
+the start goes first. Reads of one split with the same --limit and --seed score the same tasks
+with the same rollout ids, which is what makes the pairing tight.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from whale_dspy.errors import ConfigError
+from whale_dspy.jsonl import atomic_write_text
+from whale_dspy.reporting.reads import Read, reads_table
+
+REPORT_FILE = "report.json"
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "paired", help="paired gains with CIs between `whale eval` reads of the same tasks"
+    )
+    parser.add_argument("reads", nargs="+", type=Path, metavar="READ_DIR", help="`whale eval --out` folders")
+    parser.add_argument(
+        "--labels", default=None, help="comma-separated names for the reads (default: their folder names)"
+    )
+    parser.add_argument("--out", type=Path, default=None, help="also write the Markdown table here")
+    parser.set_defaults(func=run)
+
+
+def load_reads(folders: list[Path], labels: str | None) -> list[Read]:
+    names = [label.strip() for label in labels.split(",")] if labels else [f.name for f in folders]
+    if len(names) != len(folders):
+        raise ConfigError(f"--labels names {len(names)} reads, but {len(folders)} were given")
+    reads = []
+    for name, folder in zip(names, folders, strict=True):
+        path = folder / REPORT_FILE
+        if not path.exists():
+            raise ConfigError(
+                f"{folder} holds no finished read ({REPORT_FILE}); finish it with the same `whale eval --out`"
+            )
+        reads.append(Read(name, json.loads(path.read_text())))
+    return reads
+
+
+def run(args: argparse.Namespace) -> int:
+    table = reads_table(load_reads(args.reads, args.labels))
+    print(table)
+    if args.out is not None:
+        atomic_write_text(args.out, table)
+    return 0

@@ -1,0 +1,58 @@
+"""Paired comparisons of `whale eval` reads: several programs scored on one task set.
+
+A comparison's checkpoints score 80 tasks; telling two methods apart by a few points needs
+hundreds (bench/RESULTS.md, the power analysis), so each method's final program is read on its
+own with `whale eval` on the same tasks and rollout ids, and the reads are paired here by task.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from itertools import combinations
+from typing import Any
+
+from whale_dspy.errors import ConfigError
+from whale_dspy.stats import PairedGain, paired_gain
+
+
+@dataclass(frozen=True)
+class Read:
+    """One `whale eval` report: its label (the folder's name, say) and the fields the table needs."""
+
+    label: str
+    report: Mapping[str, Any]
+
+    @property
+    def per_task(self) -> Mapping[str, Sequence[float]]:
+        return self.report["per_task"]
+
+
+def read_pairs(reads: Sequence[Read]) -> list[tuple[Read, Read, PairedGain]]:
+    """Every later read against every earlier one, in the order given (so the start goes first)."""
+    if len(reads) < 2:
+        raise ConfigError("a paired comparison needs at least two reads")
+    splits = {(read.report.get("domain"), read.report.get("split")) for read in reads}
+    if len(splits) > 1:
+        raise ConfigError(f"the reads score different domains or splits: {sorted(map(str, splits))}")
+    return [(a, b, paired_gain(a.per_task, b.per_task)) for a, b in combinations(reads, 2)]
+
+
+def reads_table(reads: Sequence[Read]) -> str:
+    """Markdown: each read's mean@k with its CI, then every pair's paired gain and verdict."""
+    rows = ["| read | harness | weights | tasks | k | mean@k [95% CI] |", "|---|---|---|---|---|---|"]
+    for read in reads:
+        r = read.report
+        weights = "adapter" if r.get("adapter") else "base"
+        interval = f"{r['mean_at_k']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}]"
+        cells = (read.label, r.get("harness"), weights, r["tasks"], r["k"], interval)
+        rows.append("| " + " | ".join(map(str, cells)) + " |")
+    rows += ["", "| pair | gain | 95% CI | tasks | |", "|---|---|---|---|---|"]
+    for before, after, gain in read_pairs(reads):
+        verdict = "beyond noise" if gain.beyond_noise else "within noise"
+        rows.append(
+            f"| {after.label} − {before.label} | {gain.gain:+.3f} | [{gain.low:+.3f}, {gain.high:+.3f}] "
+            f"| {gain.tasks} | {verdict} |"
+        )
+    note = "Paired by task on the tasks both reads scored; percentile bootstrap CI over tasks."
+    return "\n".join(rows) + "\n\n" + note + "\n"
