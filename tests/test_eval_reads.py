@@ -48,10 +48,27 @@ def test_a_read_continues_in_its_folder_and_refuses_other_settings(tmp_path, ser
     again = list(read_jsonl(out / "traces.jsonl"))
     assert again[:2] == traces[:2] and len(again) == 3
     assert again[2]["rollout_id"] == traces[2]["rollout_id"]
-    assert "another configuration: k: 1 -> 2" in refused([*argv[:6], "2", *argv[7:]], capsys)
-    assert len(list(read_jsonl(out / "traces.jsonl"))) == 3  # the refused read added nothing
+    dead = [*argv[:8], "http://127.0.0.1:9", *argv[9:]]  # nothing listens there
+    assert main(dead) == 0 and "holds this read, finished" in " ".join(capsys.readouterr().out.split())
+    assert "other settings: k: 1 -> 2" in refused([*argv[:6], "2", *argv[7:]], capsys)
+    assert "sampling.temperature: 1.0 -> 0.5" in refused([*argv, "--temperature", "0.5"], capsys)
+    assert "harness.name: 'chess_h0' -> 'search_h0'" in refused([*argv, "--harness", "search_h0"], capsys)
+    assert len(list(read_jsonl(out / "traces.jsonl"))) == 3  # the refused reads added nothing
+    (out / "report.json").unlink()
+    config = json.loads((out / "config.json").read_text())
+    (out / "config.json").write_text(json.dumps({**config, "served_model": "another/model"}))
+    assert "served_model: 'another/model' ->" in refused(argv, capsys)  # the server serves another
     (out / "config.json").unlink()  # traces from before reads recorded their settings
     assert "with no recorded settings" in refused(argv, capsys)
+
+
+def test_a_first_try_that_ran_nothing_leaves_the_folder_free(tmp_path, server_url):
+    out = tmp_path / "read"
+    out.mkdir()
+    (out / "config.json").write_text(json.dumps({"adapter": "/a/wrong/path"}))  # it failed before a rollout
+    argv = ["eval", "--domain", "chess", "--limit", "2", "--k", "1", "--server-url", server_url]
+    assert main([*argv, "--out", str(out)]) == 0
+    assert json.loads((out / "config.json").read_text())["adapter"] is None
 
 
 def write_read(folder, per_task, *, split="test", harness="h0", adapter=None):

@@ -1,21 +1,24 @@
 """`whale eval`: mean@k of one harness on one domain split, with its traces written to disk.
 
 A read of hundreds of tasks takes a CPU tens of minutes, so `--out DIR` holding an
-interrupted read of the same settings (DIR/config.json) continues it: the rollouts in its
-traces.jsonl are kept and only the rest are run, with the same rollout ids. Other settings in
-that folder are refused with the differences listed.
+interrupted read of the same settings (DIR/config.json, with the model the server said it
+serves) continues it: the rollouts in its traces.jsonl are kept and only the rest are run, with
+the same rollout ids. Other settings in that folder are refused with the differences listed; a
+finished read is shown again without starting a server.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 import dspy
+from rich.console import Console
 
 from domains import DOMAIN_HELP
 from whale_cli.arguments import add_model_argument, add_thinking_argument
@@ -27,8 +30,13 @@ from whale_dspy.evaluation import EvalReport
 from whale_dspy.harness import HarnessProgram, HarnessSource
 from whale_dspy.protocols import SPLITS
 from whale_dspy.provenance import environment
+from whale_dspy.records import Rollout
+from whale_dspy.reporting.reads import READ_REPORT
+from whale_dspy.rundir import CONFIG_FILE, RunDir
 
 TRACES_FILE = "traces.jsonl"
+SERVED_MODEL = "served_model"
+"""The read's settings key for what the server said it serves (a resumed read must get the same)."""
 OUTPUT_FORMATS = ("chat", "json")
 """chat: DSPy's ChatAdapter; json: JSONAdapter, which the server turns into schema-constrained decoding."""
 
@@ -163,7 +171,7 @@ def adapter_context(output_format: str):
 
 def run(args: argparse.Namespace) -> int:
     from domains import get_domain
-    from whale_dspy.rundir import RunDir, sole_writer
+    from whale_dspy.rundir import sole_writer
 
     args = with_run_defaults(args)
     domain = get_domain(args.domain)
@@ -171,11 +179,33 @@ def run(args: argparse.Namespace) -> int:
     examples = domain.load(args.split, args.limit, args.seed)
     out = args.out or Path("runs") / f"eval-{args.domain}-{source.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     with sole_writer(out):
-        if (out / TRACES_FILE).exists() and RunDir(out).config() is None:
-            raise ConfigError(f"{out} holds traces of a read with no recorded settings; use a new --out")
-        RunDir.open(out, read_settings(args, source))  # refuses a folder holding another read
-        _evaluate(args, domain, source, examples, out)
+        settings = read_settings(args, source)
+        done = continued_rollouts(out, settings)
+        if len(done) == len(examples) * args.k and (out / READ_REPORT).exists():
+            Console().print(f"{out} holds this read, finished: {out / READ_REPORT}")
+            return 0
+        _evaluate(args, domain, source, examples, out, settings, done)
     return 0
+
+
+def continued_rollouts(out: Path, settings: dict[str, Any]) -> list[Rollout]:
+    """The rollouts an interrupted read of these settings left in `out` (none in a new folder),
+    checked before any server starts. Settings are kept only once a rollout is, so a first try
+    that failed before any (a wrong adapter path, say) can be run again with other flags."""
+    from whale_dspy.jsonl import read_jsonl
+    from whale_dspy.rundir import config_differences
+
+    done = [Rollout.from_dict(record) for record in read_jsonl(out / TRACES_FILE)]
+    if not done:
+        (out / CONFIG_FILE).unlink(missing_ok=True)
+        return done
+    recorded = RunDir(out).config()
+    if recorded is None:
+        raise ConfigError(f"{out} holds traces of a read with no recorded settings; use a new --out")
+    recorded.pop(SERVED_MODEL, None)  # checked once the server says what it serves
+    if differences := config_differences(recorded, json.loads(json.dumps(settings))):
+        raise ConfigError(f"{out} holds a read with other settings: {'; '.join(differences)}")
+    return done
 
 
 def read_settings(args: argparse.Namespace, source: HarnessSource) -> dict[str, Any]:
@@ -197,24 +227,29 @@ def read_settings(args: argparse.Namespace, source: HarnessSource) -> dict[str, 
 
 
 def _evaluate(
-    args: argparse.Namespace, domain: Any, source: HarnessSource, examples: list[Any], out: Path
+    args: argparse.Namespace,
+    domain: Any,
+    source: HarnessSource,
+    examples: list[Any],
+    out: Path,
+    settings: dict[str, Any],
+    done: list[Rollout],
 ) -> None:
     from whale_cli.run import served
     from whale_cli.wiring import backend_for_model, thinking_server_options
-    from whale_dspy.jsonl import read_jsonl
-    from whale_dspy.records import Rollout
     from whale_dspy.sandbox import ContainedEvaluator
 
-    done = [Rollout.from_dict(record) for record in read_jsonl(out / TRACES_FILE)]
     own = thinking_server_options(args.server_url, args.thinking)
     with served(backend_for_model(args.model, out, args.server_url, **own)) as backend:
         model_served = backend.served_model()  # what ran, whatever --model said
+        RunDir.open(out, {**settings, SERVED_MODEL: model_served})  # a resumed read: the same model
         serving = backend.serving()
         adapter_name = load_adapter_folder(backend, args.adapter, args.model, "eval")
         lm = backend.lm(adapter=adapter_name, **eval_sampling(args))
         program = HarnessProgram(source, domain.signature, domain.tools, lm=lm, adapter_name=adapter_name)
         total = len(examples) * args.k
-        with adapter_context(args.output_format), _progress(total, len(done)) as advance:
+        measured = len({(r.task_id, r.sample) for r in done})
+        with adapter_context(args.output_format), _progress(total, measured) as advance:
             report, _ = ContainedEvaluator.for_long_evaluations(args.threads).evaluate(
                 program,
                 examples,
@@ -247,7 +282,6 @@ def _write_and_print(
     serving: dict[str, Any],
 ) -> None:
     """report.json and the table; `served` is the model the server said it serves."""
-    from rich.console import Console
     from rich.table import Table
 
     from whale_dspy.jsonl import atomic_write_json
@@ -258,7 +292,7 @@ def _write_and_print(
     meta["contained"] = not harness.trusted  # unvouched code ran in the sandbox
     meta["serving"] = serving
     meta["environment"] = environment()
-    atomic_write_json(out / "report.json", {**meta, "output_format": args.output_format, **report.to_dict()})
+    atomic_write_json(out / READ_REPORT, {**meta, "output_format": args.output_format, **report.to_dict()})
     where = "sandboxed" if meta["contained"] else "in process"
     table = Table(
         title=f"{args.domain} / {harness.name} / {args.split} ({args.output_format} output, {where})"

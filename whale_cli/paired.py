@@ -13,9 +13,7 @@ from pathlib import Path
 
 from whale_dspy.errors import ConfigError
 from whale_dspy.jsonl import atomic_write_text
-from whale_dspy.reporting.reads import Read, reads_table
-
-REPORT_FILE = "report.json"
+from whale_dspy.reporting.reads import READ_REPORT, Read, reads_table
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -36,10 +34,10 @@ def load_reads(folders: list[Path], labels: str | None) -> list[Read]:
         raise ConfigError(f"--labels names {len(names)} reads, but {len(folders)} were given")
     reads = []
     for name, folder in zip(names, folders, strict=True):
-        path = folder / REPORT_FILE
+        path = folder / READ_REPORT
         if not path.exists():
             raise ConfigError(
-                f"{folder} holds no finished read ({REPORT_FILE}); finish it with the same `whale eval --out`"
+                f"{folder} holds no finished read ({READ_REPORT}); finish it with the same `whale eval --out`"
             )
         reads.append(Read(name, json.loads(path.read_text())))
     return reads

@@ -124,13 +124,14 @@ def evaluate(
     lm = lm or program.bound_lm or dspy.settings.lm
     if lm is None:
         raise ConfigError("no LM: pass lm=, bind one to the program, or dspy.configure(lm=...)")
-    wanted = {(example.get("task_id"), sample) for example in examples for sample in range(k)}
+    task_id = lambda example: str(example.get("task_id", ""))  # noqa: E731  (as a Rollout records it)
+    wanted = {(task_id(example), sample) for example in examples for sample in range(k)}
     kept = {(r.task_id, r.sample): r for r in done if (r.task_id, r.sample) in wanted}
     jobs = [
         (example, sample)
         for example in examples
         for sample in range(k)
-        if (example.get("task_id"), sample) not in kept
+        if (task_id(example), sample) not in kept
     ]
     started = time.perf_counter()
     rollouts: list[Rollout] = list(kept.values())

@@ -13,7 +13,11 @@ from itertools import combinations
 from typing import Any
 
 from whale_dspy.errors import ConfigError
+from whale_dspy.reporting.tables import paired_row
 from whale_dspy.stats import PairedGain, paired_gain
+
+READ_REPORT = "report.json"
+"""What `whale eval` writes into its --out folder when a read finishes."""
 
 
 @dataclass(frozen=True)
@@ -48,11 +52,6 @@ def reads_table(reads: Sequence[Read]) -> str:
         cells = (read.label, r.get("harness"), weights, r["tasks"], r["k"], interval)
         rows.append("| " + " | ".join(map(str, cells)) + " |")
     rows += ["", "| pair | gain | 95% CI | tasks | |", "|---|---|---|---|---|"]
-    for before, after, gain in read_pairs(reads):
-        verdict = "beyond noise" if gain.beyond_noise else "within noise"
-        rows.append(
-            f"| {after.label} − {before.label} | {gain.gain:+.3f} | [{gain.low:+.3f}, {gain.high:+.3f}] "
-            f"| {gain.tasks} | {verdict} |"
-        )
+    rows += [paired_row(f"{after.label} − {before.label}", gain) for before, after, gain in read_pairs(reads)]
     note = "Paired by task on the tasks both reads scored; percentile bootstrap CI over tasks."
     return "\n".join(rows) + "\n\n" + note + "\n"

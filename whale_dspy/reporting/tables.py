@@ -183,13 +183,17 @@ def paired_comparisons(reports: Sequence[dict[str, Any]]) -> list[tuple[str, Pai
     return [(label, paired_gain(before, after)) for label, before, after in pairs if set(before) & set(after)]
 
 
+def paired_row(label: str, gain: PairedGain) -> str:
+    """One Markdown row: label, gain, its 95% CI, tasks, and whether it is beyond noise."""
+    verdict = "beyond noise" if gain.beyond_noise else "within noise"
+    interval = f"[{_signed(gain.low)}, {_signed(gain.high)}]"
+    return f"| {label} | {_signed(gain.gain)} | {interval} | {gain.tasks} | {verdict} |"
+
+
 def paired_table(reports: Sequence[dict[str, Any]]) -> str:
     """The paired comparisons as Markdown: gain, its 95% CI, tasks, and whether it is beyond noise."""
     rows = ["| final checkpoint | gain | 95% CI | tasks | |", "|---|---|---|---|---|"]
-    for label, gain in paired_comparisons(reports):
-        verdict = "beyond noise" if gain.beyond_noise else "within noise"
-        interval = f"[{_signed(gain.low)}, {_signed(gain.high)}]"
-        rows.append(f"| {label} | {_signed(gain.gain)} | {interval} | {gain.tasks} | {verdict} |")
+    rows += [paired_row(label, gain) for label, gain in paired_comparisons(reports)]
     note = "Paired by test task, seeds pooled; bootstrap CI over tasks.\n"
     return "\n".join(rows) + "\n\n" + note
 
