@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from postgres_helpers import PostgresServer, find_bindir, running_server
+from server_helpers import fake_server
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -83,3 +85,15 @@ def postgres_server() -> Iterator[PostgresServer]:
 def postgres_url(postgres_server: PostgresServer) -> str:
     """An empty database of the session's server, for this test alone."""
     return postgres_server.new_database()
+
+
+@pytest.fixture
+def fake_server_url(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """The shipped fake vLLM, started for this test: its URL and the model folder it serves."""
+    (tmp_path / "server").mkdir()
+    server = fake_server(tmp_path / "server")
+    server.start()
+    try:
+        yield server.url, tmp_path / "server" / "model"
+    finally:
+        server.stop()

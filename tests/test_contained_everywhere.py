@@ -18,7 +18,6 @@ import dspy
 import pytest
 from rft_helpers import TWO_CALLS, reply
 from sandbox_helpers import TEST_LIMITS, StructuredScriptedLM
-from server_helpers import fake_server
 
 from optimizers import RejectionSamplingFinetune, RFTConfig
 from whale_dspy.evaluation import InProcessEvaluator, evaluate
@@ -217,17 +216,6 @@ def test_a_spinning_candidate_is_stopped_by_its_cpu_time(tmp_path):
 def test_limits_are_sized_to_the_evaluation():
     limits = replace(TEST_LIMITS, cpu_seconds=100, startup_cpu_seconds=10, rollout_cpu_seconds=0.5)
     assert limits.sized_for(16).cpu_seconds == 18 and limits.sized_for(1000).cpu_seconds == 100
-
-
-@pytest.fixture
-def fake_server_url(tmp_path):
-    (tmp_path / "server").mkdir()
-    server = fake_server(tmp_path / "server")
-    server.start()
-    try:
-        yield server.url, tmp_path / "server" / "model"
-    finally:
-        server.stop()
 
 
 def test_whale_eval_runs_a_harness_file_contained_unless_trusted(tmp_path, fake_server_url):

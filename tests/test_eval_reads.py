@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from server_helpers import fake_server
 
 from whale_cli.main import main
 from whale_dspy.jsonl import read_jsonl
@@ -20,14 +19,8 @@ def refused(argv: list[str], capsys) -> str:
 
 
 @pytest.fixture
-def server_url(tmp_path):
-    (tmp_path / "server").mkdir()
-    server = fake_server(tmp_path / "server")
-    server.start()
-    try:
-        yield server.url
-    finally:
-        server.stop()
+def server_url(fake_server_url) -> str:
+    return fake_server_url[0]
 
 
 def test_a_read_continues_in_its_folder_and_refuses_other_settings(tmp_path, server_url, capsys):
