@@ -191,25 +191,6 @@ def load_harness(run: RunDir, ref: dict[str, str]) -> HarnessSource:
     return HarnessSource(name=ref["name"], code=(run.path / ref["path"]).read_text())
 
 
-def repair_event_log(run: RunDir) -> None:
-    """Drop a torn last line (kill -9 mid-write), so the next append does not follow garbage."""
-    path = run.events_path
-    if not path.exists():
-        return
-    text = path.read_text(encoding="utf-8")
-    lines = text.splitlines(keepends=True)
-    if not lines:
-        return
-    try:
-        json.loads(lines[-1])
-        complete = lines[-1].endswith("\n")
-    except json.JSONDecodeError:
-        complete = False
-    if not complete:
-        log.warning("%s: dropping a torn last line left by an interrupted write", path)
-        atomic_write_text(path, "".join(lines[:-1]))
-
-
 def engine_events(run: RunDir) -> list[dict[str, Any]]:
     return [e for e in run.events() if e.get("kind") in ENGINE_EVENTS]
 

@@ -34,7 +34,6 @@ from optimizers.checkpoint import (
     initial_state,
     load_harness,
     load_state,
-    repair_event_log,
     store_harness,
 )
 from optimizers.methods import HARNESS, WEIGHT, Method, get_method
@@ -44,6 +43,7 @@ from optimizers.shared_evals import SharedEvaluations
 from optimizers.whale_report import WhaleReport, report_from_state
 from whale_dspy.errors import BackendError, ConfigError
 from whale_dspy.harness import HarnessProgram
+from whale_dspy.jsonl import repair_jsonl
 from whale_dspy.protocols import CandidateEvaluator, InferenceBackend
 from whale_dspy.provenance import environment
 from whale_dspy.records import AdapterRef
@@ -180,7 +180,7 @@ class WhaleOptimizer(Teleprompter):
 
     def _open(self, student: HarnessProgram, data: _Data) -> Recorder:
         run = RunDir.open(self.run_dir, self._config(student, data))
-        repair_event_log(run)
+        repair_jsonl(run.events_path)  # a torn last line (kill -9) must not precede new events
         recorder = Recorder(run, load_state(run, initial_state(run, student.source)), self.on_event)
         recorder.record(
             RUN_RESUMED if recorder.state.events else RUN_STARTED,

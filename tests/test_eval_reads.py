@@ -31,8 +31,9 @@ def test_a_read_continues_in_its_folder_and_refuses_other_settings(tmp_path, ser
     first = json.loads((out / "report.json").read_text())
     traces = list(read_jsonl(out / "traces.jsonl"))
     assert (first["rollouts"], first["resumed"]) == (3, 0)
-    # Interrupted after two rollouts: the third is run again, the first two are kept as recorded.
-    (out / "traces.jsonl").write_text("".join(json.dumps(t) + "\n" for t in traces[:2]))
+    # Killed while writing the third rollout: it is run again, the first two are kept as recorded.
+    torn = json.dumps(traces[2])[:40]
+    (out / "traces.jsonl").write_text("".join(json.dumps(t) + "\n" for t in traces[:2]) + torn)
     (out / "report.json").unlink()
     assert main(argv) == 0
     resumed = json.loads((out / "report.json").read_text())
@@ -41,24 +42,42 @@ def test_a_read_continues_in_its_folder_and_refuses_other_settings(tmp_path, ser
     again = list(read_jsonl(out / "traces.jsonl"))
     assert again[:2] == traces[:2] and len(again) == 3
     assert again[2]["rollout_id"] == traces[2]["rollout_id"]
-    dead = [*argv[:8], "http://127.0.0.1:9", *argv[9:]]  # nothing listens there
+    # Checked before any server starts: nothing listens at the dead address.
+    dead = [*argv[:8], "http://127.0.0.1:9", *argv[9:]]
     assert main(dead) == 0 and "holds this read, finished" in " ".join(capsys.readouterr().out.split())
-    assert "other settings: k: 1 -> 2" in refused([*argv[:6], "2", *argv[7:]], capsys)
-    assert "sampling.temperature: 1.0 -> 0.5" in refused([*argv, "--temperature", "0.5"], capsys)
-    assert "harness.name: 'chess_h0' -> 'search_h0'" in refused([*argv, "--harness", "search_h0"], capsys)
+    assert "other settings: k: 1 -> 2" in refused([*dead[:6], "2", *dead[7:]], capsys)
+    assert "sampling.temperature: 1.0 -> 0.5" in refused([*dead, "--temperature", "0.5"], capsys)
+    assert "harness.name: 'chess_h0' -> 'search_h0'" in refused([*dead, "--harness", "search_h0"], capsys)
     assert len(list(read_jsonl(out / "traces.jsonl"))) == 3  # the refused reads added nothing
     (out / "report.json").unlink()
     config = json.loads((out / "config.json").read_text())
     (out / "config.json").write_text(json.dumps({**config, "served_model": "another/model"}))
     assert "served_model: 'another/model' ->" in refused(argv, capsys)  # the server serves another
     (out / "config.json").unlink()  # traces from before reads recorded their settings
-    assert "with no recorded settings" in refused(argv, capsys)
+    assert "with no recorded settings" in refused(dead, capsys)
+
+
+def test_a_read_refuses_a_folder_holding_anything_else(tmp_path, capsys):
+    from whale_helpers import scripted_run
+
+    run_dir = tmp_path / "run"
+    scripted_run(run_dir, budget=30)
+    (run_dir / "report.json").unlink()  # as a run still going has none
+    config = (run_dir / "config.json").read_text()
+    argv = ["eval", "--domain", "chess", "--limit", "2", "--k", "1", "--server-url", "http://127.0.0.1:9"]
+    assert "something other than an interrupted read" in refused([*argv, "--out", str(run_dir)], capsys)
+    assert (run_dir / "config.json").read_text() == config  # the run's record is untouched
+    kept = tmp_path / "kept-read"  # a finished read committed with its traces gzipped
+    kept.mkdir()
+    (kept / "report.json").write_text("{}")
+    assert "gunzip a kept copy" in refused([*argv, "--out", str(kept)], capsys)
 
 
 def test_a_first_try_that_ran_nothing_leaves_the_folder_free(tmp_path, server_url):
     out = tmp_path / "read"
     out.mkdir()
-    (out / "config.json").write_text(json.dumps({"adapter": "/a/wrong/path"}))  # it failed before a rollout
+    stale = {"adapter": "/a/wrong/path", "served_model": "m"}  # written once served, then it failed
+    (out / "config.json").write_text(json.dumps(stale))
     argv = ["eval", "--domain", "chess", "--limit", "2", "--k", "1", "--server-url", server_url]
     assert main([*argv, "--out", str(out)]) == 0
     assert json.loads((out / "config.json").read_text())["adapter"] is None
@@ -102,3 +121,7 @@ def test_paired_refuses_what_cannot_be_paired(tmp_path, capsys):
     assert "share at least one task" in refused(["paired", str(a), str(c)], capsys)
     assert "holds no finished read" in refused(["paired", str(a), str(tmp_path / "unfinished")], capsys)
     assert "--labels names 1 reads, but 2" in refused(["paired", str(a), str(c), "--labels", "one"], capsys)
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "report.json").write_text(json.dumps({"method": "whale", "final": {"per_task": {}}}))
+    assert "is not a `whale eval` read" in refused(["paired", str(a), str(run)], capsys)

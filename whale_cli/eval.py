@@ -1,17 +1,13 @@
 """`whale eval`: mean@k of one harness on one domain split, with its traces written to disk.
 
-A read of hundreds of tasks takes a CPU tens of minutes, so `--out DIR` holding an
-interrupted read of the same settings (DIR/config.json, with the model the server said it
-serves) continues it: the rollouts in its traces.jsonl are kept and only the rest are run, with
-the same rollout ids. Other settings in that folder are refused with the differences listed; a
-finished read is shown again without starting a server.
+`--out DIR` holding an interrupted read of the same settings continues it (whale_cli.read_folder);
+a finished one is shown again without starting a server.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import time
 import uuid
 from pathlib import Path
@@ -23,6 +19,7 @@ from rich.console import Console
 from domains import DOMAIN_HELP
 from whale_cli.arguments import add_model_argument, add_thinking_argument
 from whale_cli.presets import PRESET_HELP, PRESETS, get_preset
+from whale_cli.read_folder import TRACES_FILE, continued_rollouts, read_settings, record_settings
 from whale_cli.run_settings import RunSettings
 from whale_dspy.backends.vllm_server import DEFAULT_MODEL
 from whale_dspy.errors import ConfigError
@@ -32,11 +29,7 @@ from whale_dspy.protocols import SPLITS
 from whale_dspy.provenance import environment
 from whale_dspy.records import Rollout
 from whale_dspy.reporting.reads import READ_REPORT
-from whale_dspy.rundir import CONFIG_FILE, RunDir
 
-TRACES_FILE = "traces.jsonl"
-SERVED_MODEL = "served_model"
-"""The read's settings key for what the server said it serves (a resumed read must get the same)."""
 OUTPUT_FORMATS = ("chat", "json")
 """chat: DSPy's ChatAdapter; json: JSONAdapter, which the server turns into schema-constrained decoding."""
 
@@ -171,6 +164,7 @@ def adapter_context(output_format: str):
 
 def run(args: argparse.Namespace) -> int:
     from domains import get_domain
+    from whale_dspy.evaluation import measured
     from whale_dspy.rundir import sole_writer
 
     args = with_run_defaults(args)
@@ -179,51 +173,14 @@ def run(args: argparse.Namespace) -> int:
     examples = domain.load(args.split, args.limit, args.seed)
     out = args.out or Path("runs") / f"eval-{args.domain}-{source.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     with sole_writer(out):
-        settings = read_settings(args, source)
+        settings = read_settings(args, source, eval_sampling(args))
         done = continued_rollouts(out, settings)
-        if len(done) == len(examples) * args.k and (out / READ_REPORT).exists():
+        kept = len(measured(done, examples, args.k))
+        if kept == len(examples) * args.k and (out / READ_REPORT).exists():
             Console().print(f"{out} holds this read, finished: {out / READ_REPORT}")
             return 0
-        _evaluate(args, domain, source, examples, out, settings, done)
+        _evaluate(args, domain, source, examples, out, settings, done, kept)
     return 0
-
-
-def continued_rollouts(out: Path, settings: dict[str, Any]) -> list[Rollout]:
-    """The rollouts an interrupted read of these settings left in `out` (none in a new folder),
-    checked before any server starts. Settings are kept only once a rollout is, so a first try
-    that failed before any (a wrong adapter path, say) can be run again with other flags."""
-    from whale_dspy.jsonl import read_jsonl
-    from whale_dspy.rundir import config_differences
-
-    done = [Rollout.from_dict(record) for record in read_jsonl(out / TRACES_FILE)]
-    if not done:
-        (out / CONFIG_FILE).unlink(missing_ok=True)
-        return done
-    recorded = RunDir(out).config()
-    if recorded is None:
-        raise ConfigError(f"{out} holds traces of a read with no recorded settings; use a new --out")
-    recorded.pop(SERVED_MODEL, None)  # checked once the server says what it serves
-    if differences := config_differences(recorded, json.loads(json.dumps(settings))):
-        raise ConfigError(f"{out} holds a read with other settings: {'; '.join(differences)}")
-    return done
-
-
-def read_settings(args: argparse.Namespace, source: HarnessSource) -> dict[str, Any]:
-    """What fixes a read's rollouts: the same settings give the same rollout ids and samples, so
-    an interrupted read continues only under these (threads and the server's address may change)."""
-    return {
-        "domain": args.domain,
-        "model": args.model,
-        "harness": {"name": source.name, "digest": source.digest},
-        "adapter": str(Path(args.adapter).resolve()) if args.adapter else None,
-        "split": args.split,
-        "limit": args.limit,
-        "seed": args.seed,
-        "k": args.k,
-        "sampling": eval_sampling(args),
-        "output_format": args.output_format,
-        "thinking": args.thinking,
-    }
 
 
 def _evaluate(
@@ -234,6 +191,7 @@ def _evaluate(
     out: Path,
     settings: dict[str, Any],
     done: list[Rollout],
+    kept: int,
 ) -> None:
     from whale_cli.run import served
     from whale_cli.wiring import backend_for_model, thinking_server_options
@@ -242,14 +200,13 @@ def _evaluate(
     own = thinking_server_options(args.server_url, args.thinking)
     with served(backend_for_model(args.model, out, args.server_url, **own)) as backend:
         model_served = backend.served_model()  # what ran, whatever --model said
-        RunDir.open(out, {**settings, SERVED_MODEL: model_served})  # a resumed read: the same model
+        record_settings(out, settings, model_served)
         serving = backend.serving()
         adapter_name = load_adapter_folder(backend, args.adapter, args.model, "eval")
-        lm = backend.lm(adapter=adapter_name, **eval_sampling(args))
+        lm = backend.lm(adapter=adapter_name, **settings["sampling"])
         program = HarnessProgram(source, domain.signature, domain.tools, lm=lm, adapter_name=adapter_name)
         total = len(examples) * args.k
-        measured = len({(r.task_id, r.sample) for r in done})
-        with adapter_context(args.output_format), _progress(total, measured) as advance:
+        with adapter_context(args.output_format), _progress(total, kept) as advance:
             report, _ = ContainedEvaluator.for_long_evaluations(args.threads).evaluate(
                 program,
                 examples,
@@ -261,7 +218,7 @@ def _evaluate(
                 on_rollout=lambda rollout: advance(),
                 done=done,
             )
-    _write_and_print(report, out, args, source, model_served, serving)
+    _write_and_print(report, out, args, settings, source, model_served, serving)
 
 
 @contextlib.contextmanager
@@ -277,6 +234,7 @@ def _write_and_print(
     report: EvalReport,
     out: Path,
     args: argparse.Namespace,
+    settings: dict[str, Any],
     harness: HarnessSource,
     served: str,
     serving: dict[str, Any],
@@ -287,7 +245,7 @@ def _write_and_print(
     from whale_dspy.jsonl import atomic_write_json
 
     meta = {"domain": args.domain, "harness": harness.name, "split": args.split, "model": served}
-    meta["adapter"] = str(Path(args.adapter).resolve()) if args.adapter else None
+    meta["adapter"] = settings["adapter"]
     meta["run"] = str(args.run) if args.run else None
     meta["contained"] = not harness.trusted  # unvouched code ran in the sandbox
     meta["serving"] = serving

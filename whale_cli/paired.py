@@ -39,7 +39,10 @@ def load_reads(folders: list[Path], labels: str | None) -> list[Read]:
             raise ConfigError(
                 f"{folder} holds no finished read ({READ_REPORT}); finish it with the same `whale eval --out`"
             )
-        reads.append(Read(name, json.loads(path.read_text())))
+        report = json.loads(path.read_text())
+        if "per_task" not in report:
+            raise ConfigError(f"{path} is not a `whale eval` read (it has no per-task scores)")
+        reads.append(Read(name, report))
     return reads
 
 

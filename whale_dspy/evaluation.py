@@ -91,6 +91,19 @@ def summarize(rollouts: Sequence[Rollout], *, k: int, seconds: float, resumed: i
     )
 
 
+def _task_id(example: dspy.Example) -> str:
+    return str(example.get("task_id", ""))  # as a Rollout records it
+
+
+def measured(
+    done: Sequence[Rollout], examples: Sequence[dspy.Example], k: int
+) -> dict[tuple[str, int], Rollout]:
+    """The rollouts of `done` that k samples of `examples` would run, by (task, sample): what an
+    interrupted call of this evaluation already measured."""
+    wanted = {(_task_id(example), sample) for example in examples for sample in range(k)}
+    return {(r.task_id, r.sample): r for r in done if (r.task_id, r.sample) in wanted}
+
+
 def evaluate(
     program: HarnessProgram,
     examples: Sequence[dspy.Example],
@@ -124,14 +137,12 @@ def evaluate(
     lm = lm or program.bound_lm or dspy.settings.lm
     if lm is None:
         raise ConfigError("no LM: pass lm=, bind one to the program, or dspy.configure(lm=...)")
-    task_id = lambda example: str(example.get("task_id", ""))  # noqa: E731  (as a Rollout records it)
-    wanted = {(task_id(example), sample) for example in examples for sample in range(k)}
-    kept = {(r.task_id, r.sample): r for r in done if (r.task_id, r.sample) in wanted}
+    kept = measured(done, examples, k)
     jobs = [
         (example, sample)
         for example in examples
         for sample in range(k)
-        if (task_id(example), sample) not in kept
+        if (_task_id(example), sample) not in kept
     ]
     started = time.perf_counter()
     rollouts: list[Rollout] = list(kept.values())

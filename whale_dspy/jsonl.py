@@ -54,6 +54,23 @@ def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
             raise
 
 
+def repair_jsonl(path: Path) -> None:
+    """Drop a torn last line (kill -9 mid-write), so the next append does not follow garbage."""
+    if not path.exists():
+        return
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    if not lines:
+        return
+    try:
+        json.loads(lines[-1])
+        complete = lines[-1].endswith("\n")
+    except json.JSONDecodeError:
+        complete = False
+    if not complete:
+        log.warning("%s: dropping a torn last line left by an interrupted write", path)
+        atomic_write_text(path, "".join(lines[:-1]))
+
+
 def atomic_write_text(path: Path, text: str) -> None:
     """Write via a temporary file and rename, so readers see the old or the new file, never half."""
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -25,6 +25,11 @@ EVENTS_FILE = "events.jsonl"
 WRITER_LOCK = "writer.lock"
 
 
+def as_recorded(config: dict[str, Any]) -> dict[str, Any]:
+    """A configuration as its JSON file holds it (tuples become lists, other values strings)."""
+    return json.loads(json.dumps(config, default=str))
+
+
 def config_differences(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:
     """Human-readable differences between two nested configurations."""
     differences = []
@@ -46,7 +51,7 @@ class RunDir:
         """Create a run directory, or reopen one whose recorded configuration is the same."""
         run = cls(Path(path))
         recorded = run.config()
-        normalized = json.loads(json.dumps(config, default=str))
+        normalized = as_recorded(config)
         if recorded is None:
             run.path.mkdir(parents=True, exist_ok=True)
             atomic_write_json(run.path / CONFIG_FILE, normalized)
