@@ -26,7 +26,7 @@ from whale_dspy.errors import ConfigError
 from whale_dspy.harness import HarnessProgram, refuse_untrusted
 from whale_dspy.jsonl import append_jsonl
 from whale_dspy.records import Rollout
-from whale_dspy.rollouts import Metric, run_rollout
+from whale_dspy.rollouts import Metric, run_rollout, task_id_of
 from whale_dspy.seeding import derive_seed
 from whale_dspy.stats import bootstrap_ci
 
@@ -91,16 +91,12 @@ def summarize(rollouts: Sequence[Rollout], *, k: int, seconds: float, resumed: i
     )
 
 
-def _task_id(example: dspy.Example) -> str:
-    return str(example.get("task_id", ""))  # as a Rollout records it
-
-
 def measured(
     done: Sequence[Rollout], examples: Sequence[dspy.Example], k: int
 ) -> dict[tuple[str, int], Rollout]:
     """The rollouts of `done` that k samples of `examples` would run, by (task, sample): what an
     interrupted call of this evaluation already measured."""
-    wanted = {(_task_id(example), sample) for example in examples for sample in range(k)}
+    wanted = {(task_id_of(example), sample) for example in examples for sample in range(k)}
     return {(r.task_id, r.sample): r for r in done if (r.task_id, r.sample) in wanted}
 
 
@@ -142,7 +138,7 @@ def evaluate(
         (example, sample)
         for example in examples
         for sample in range(k)
-        if (_task_id(example), sample) not in kept
+        if (task_id_of(example), sample) not in kept
     ]
     started = time.perf_counter()
     rollouts: list[Rollout] = list(kept.values())

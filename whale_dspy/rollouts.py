@@ -186,6 +186,11 @@ def server_failed(error: BaseException | None) -> bool:
     return isinstance(error, LMProviderError) and (error.status or 0) >= 500
 
 
+def task_id_of(example: dspy.Example) -> str:
+    """The task id a Rollout records for `example`."""
+    return str(example.get("task_id", ""))
+
+
 def run_rollout(
     program: HarnessProgram,
     example: dspy.Example,
@@ -226,7 +231,7 @@ def run_rollout(
         key: rollout_lm.kwargs.get(key) for key in ("temperature", "max_tokens", "rollout_id", "seed")
     }
     return Rollout(
-        task_id=str(example.get("task_id", "")),
+        task_id=task_id_of(example),
         sample=sample,
         rollout_id=rollout_id,
         harness=program.source.name,
