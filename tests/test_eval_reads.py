@@ -23,7 +23,11 @@ def server_url(fake_server_url) -> str:
     return fake_server_url[0]
 
 
-def test_a_read_continues_in_its_folder_and_refuses_other_settings(tmp_path, server_url, capsys):
+def test_a_read_continues_in_its_folder_and_refuses_other_settings(tmp_path, server_url, capsys, monkeypatch):
+    from whale_dspy.backends.remote import RemoteServer
+
+    # As a server that knows its dtype says it (one someone else started cannot: None).
+    monkeypatch.setattr(RemoteServer, "serving", lambda self: {"server": "remote", "dtype": "float32"})
     out = tmp_path / "read"
     argv = ["eval", "--domain", "chess", "--limit", "3", "--k", "1", "--server-url", server_url]
     argv += ["--model", "org/asked-model", "--out", str(out)]
@@ -53,6 +57,10 @@ def test_a_read_continues_in_its_folder_and_refuses_other_settings(tmp_path, ser
     config = json.loads((out / "config.json").read_text())
     (out / "config.json").write_text(json.dumps({**config, "served_model": "another/model"}))
     assert "served_model: 'another/model' ->" in refused(argv, capsys)  # the server serves another
+    # Begun in bf16 on a machine with bf16 math, resumed where the server serves float32.
+    assert config["served_dtype"] == "float32"
+    (out / "config.json").write_text(json.dumps({**config, "served_dtype": "bfloat16"}))
+    assert "served_dtype: 'bfloat16' -> 'float32'" in refused(argv, capsys)
     (out / "config.json").unlink()  # traces from before reads recorded their settings
     assert "with no recorded settings" in refused(dead, capsys)
 

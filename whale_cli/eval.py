@@ -199,9 +199,8 @@ def _evaluate(
 
     own = thinking_server_options(args.server_url, args.thinking)
     with served(backend_for_model(args.model, out, args.server_url, **own)) as backend:
-        model_served = backend.served_model()  # what ran, whatever --model said
-        record_settings(out, settings, model_served)
-        serving = backend.serving()
+        model_served, serving = backend.served_model(), backend.serving()  # what ran, whatever was asked
+        record_settings(out, settings, model_served, serving)
         adapter_name = load_adapter_folder(backend, args.adapter, args.model, "eval")
         lm = backend.lm(adapter=adapter_name, **settings["sampling"])
         program = HarnessProgram(source, domain.signature, domain.tools, lm=lm, adapter_name=adapter_name)

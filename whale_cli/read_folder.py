@@ -3,8 +3,9 @@
 A read of hundreds of tasks takes a CPU tens of minutes, so `--out DIR` holding an interrupted
 read of the same settings continues it: the rollouts in DIR/traces.jsonl are kept and only the
 rest are run, under the same rollout ids. DIR/config.json records the settings once the server
-has said what it serves (with that model), so a first try that stopped before (a wrong adapter
-path, say) leaves the folder free. A folder holding anything else is refused.
+has said what it serves (with that model and its dtype: a read resumed on a machine without bf16
+math would otherwise mix float32 samples into bfloat16 ones), so a first try that stopped before
+(a wrong adapter path, say) leaves the folder free. A folder holding anything else is refused.
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ from whale_dspy.reporting.reads import READ_REPORT
 from whale_dspy.rundir import CONFIG_FILE, RunDir, as_recorded, config_differences
 
 TRACES_FILE = "traces.jsonl"
-SERVED_MODEL = "served_model"
-"""The settings' key for what the server said it serves: a resumed read must get the same."""
+SERVED_MODEL, SERVED_DTYPE = "served_model", "served_dtype"
+"""The settings' keys for what the server said it serves and in which dtype (None where a server
+someone else started cannot say): a resumed read must get the same."""
 
 
 def read_settings(
@@ -65,12 +67,13 @@ def continued_rollouts(out: Path, settings: dict[str, Any]) -> list[Rollout]:
         return done
     if recorded is None:
         raise ConfigError(f"{out} holds traces of a read with no recorded settings; use a new --out")
-    recorded.pop(SERVED_MODEL, None)  # checked once the server says what it serves
+    for key in (SERVED_MODEL, SERVED_DTYPE):
+        recorded.pop(key, None)  # checked once the server says what it serves
     if differences := config_differences(recorded, settings):
         raise ConfigError(f"{out} holds a read with other settings: {'; '.join(differences)}")
     return done
 
 
-def record_settings(out: Path, settings: dict[str, Any], served_model: str) -> None:
-    """Keep the settings with the served model; a resumed read on another model is refused."""
-    RunDir.open(out, {**settings, SERVED_MODEL: served_model})
+def record_settings(out: Path, settings: dict[str, Any], served_model: str, serving: dict[str, Any]) -> None:
+    """Keep the settings with the served model and dtype; a resumed read served otherwise is refused."""
+    RunDir.open(out, {**settings, SERVED_MODEL: served_model, SERVED_DTYPE: serving.get("dtype")})
