@@ -91,11 +91,12 @@ def test_a_first_try_that_ran_nothing_leaves_the_folder_free(tmp_path, server_ur
     assert json.loads((out / "config.json").read_text())["adapter"] is None
 
 
-def write_read(folder, per_task, *, split="test", harness="h0", adapter=None):
+def write_read(folder, per_task, *, split="test", harness="h0", adapter=None, dtype="bfloat16"):
     folder.mkdir(parents=True)
     means = [sum(s) / len(s) for s in per_task.values()]
     report = {
         "domain": "squad", "split": split, "harness": harness, "adapter": adapter, "k": 1,
+        "serving": {"server": "embedded", "dtype": dtype},
         "tasks": len(per_task), "mean_at_k": sum(means) / len(means), "ci_low": 0.0, "ci_high": 1.0,
         "per_task": per_task,
     }  # fmt: skip
@@ -117,7 +118,12 @@ def test_paired_compares_every_later_read_with_every_earlier_one(tmp_path, capsy
     assert list(rows) == ["weights − h0", "harness − h0", "harness − weights"]
     assert "| +0.500 |" in rows["weights − h0"] and "beyond noise" in rows["weights − h0"]
     assert "| +0.000 | [+0.000, +0.000] | 40 | within noise |" in rows["harness − weights"]
-    assert "| weights | h0 | adapter | 40 | 1 |" in table and "| harness | c1 | base |" in table
+    assert "| weights | h0 | adapter | bfloat16 | 40 | 1 |" in table and "| harness | c1 | base |" in table
+    assert "different dtypes" not in table
+    fp32 = write_read(tmp_path / "fp32", half, dtype="float32")  # the same program on a machine without bf16
+    assert main(["paired", str(better), str(fp32)]) == 0
+    out = capsys.readouterr().out
+    assert "| fp32 | h0 | base | float32 |" in out and "served in different dtypes" in out
 
 
 def test_paired_refuses_what_cannot_be_paired(tmp_path, capsys):

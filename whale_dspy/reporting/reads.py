@@ -31,6 +31,11 @@ class Read:
     def per_task(self) -> Mapping[str, Sequence[float]]:
         return self.report["per_task"]
 
+    @property
+    def dtype(self) -> str:
+        """The dtype its server served ("?" for a server someone else started, which cannot say)."""
+        return (self.report.get("serving") or {}).get("dtype") or "?"
+
 
 def read_pairs(reads: Sequence[Read]) -> list[tuple[Read, Read, PairedGain]]:
     """Every later read against every earlier one, in the order given (so the start goes first)."""
@@ -44,14 +49,23 @@ def read_pairs(reads: Sequence[Read]) -> list[tuple[Read, Read, PairedGain]]:
 
 def reads_table(reads: Sequence[Read]) -> str:
     """Markdown: each read's mean@k with its CI, then every pair's paired gain and verdict."""
-    rows = ["| read | harness | weights | tasks | k | mean@k [95% CI] |", "|---|---|---|---|---|---|"]
+    rows = [
+        "| read | harness | weights | dtype | tasks | k | mean@k [95% CI] |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for read in reads:
         r = read.report
         weights = "adapter" if r.get("adapter") else "base"
         interval = f"{r['mean_at_k']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}]"
-        cells = (read.label, r.get("harness"), weights, r["tasks"], r["k"], interval)
+        cells = (read.label, r.get("harness"), weights, read.dtype, r["tasks"], r["k"], interval)
         rows.append("| " + " | ".join(map(str, cells)) + " |")
     rows += ["", "| pair | gain | 95% CI | tasks | |", "|---|---|---|---|---|"]
     rows += [paired_row(f"{after.label} − {before.label}", gain) for before, after, gain in read_pairs(reads)]
-    note = "Paired by task on the tasks both reads scored; percentile bootstrap CI over tasks."
-    return "\n".join(rows) + "\n\n" + note + "\n"
+    notes = ["Paired by task on the tasks both reads scored; percentile bootstrap CI over tasks."]
+    if len({read.dtype for read in reads}) > 1:
+        # Rollout ids fix the random numbers, not the logits: bf16 and float32 draw other samples.
+        notes.append(
+            "The reads were served in different dtypes: a pair across them measures the dtype's "
+            "effect too (pair two reads of one program, one in each dtype, to size it)."
+        )
+    return "\n".join(rows) + "\n\n" + "\n".join(notes) + "\n"
