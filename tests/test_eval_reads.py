@@ -52,6 +52,7 @@ def test_a_read_continues_in_its_folder_and_refuses_other_settings(tmp_path, ser
     assert "other settings: k: 1 -> 2" in refused([*dead[:6], "2", *dead[7:]], capsys)
     assert "sampling.temperature: 1.0 -> 0.5" in refused([*dead, "--temperature", "0.5"], capsys)
     assert "harness.name: 'chess_h0' -> 'search_h0'" in refused([*dead, "--harness", "search_h0"], capsys)
+    assert "`whale serve --dtype`" in refused([*dead, "--dtype", "bfloat16"], capsys)  # not the own server
     assert len(list(read_jsonl(out / "traces.jsonl"))) == 3  # the refused reads added nothing
     (out / "report.json").unlink()
     config = json.loads((out / "config.json").read_text())
@@ -139,3 +140,14 @@ def test_paired_refuses_what_cannot_be_paired(tmp_path, capsys):
     run.mkdir()
     (run / "report.json").write_text(json.dumps({"method": "whale", "final": {"per_task": {}}}))
     assert "is not a `whale eval` read" in refused(["paired", str(a), str(run)], capsys)
+
+
+def test_dtype_goes_to_the_reads_own_server():
+    from argparse import Namespace
+
+    from whale_cli.eval import own_server_options
+
+    assert own_server_options(Namespace(dtype="bfloat16", server_url=None, thinking=None)) == {
+        "dtype": "bfloat16"
+    }
+    assert own_server_options(Namespace(dtype=None, server_url=None, thinking=None)) == {}

@@ -28,6 +28,16 @@ def add_thinking_argument(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
 
 
+def add_dtype_argument(parser: argparse.ArgumentParser) -> None:
+    """--dtype of the command's own server: a read resumed on a machine without bf16 math, or one
+    sizing the dtype's effect, asks for the dtype another machine chose by default."""
+    parser.add_argument(
+        "--dtype", default=None,
+        help="vLLM --dtype of the command's own server (default: bfloat16 where the hardware has bf16 "
+        "math, else float32)",
+    )  # fmt: skip
+
+
 def add_seed_argument(parser: argparse.ArgumentParser) -> None:
     """`--seed` of a single run (`whale compare` takes `--seeds`)."""
     parser.add_argument(

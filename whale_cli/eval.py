@@ -17,7 +17,7 @@ import dspy
 from rich.console import Console
 
 from domains import DOMAIN_HELP
-from whale_cli.arguments import add_model_argument, add_thinking_argument
+from whale_cli.arguments import add_dtype_argument, add_model_argument, add_thinking_argument
 from whale_cli.presets import PRESET_HELP, PRESETS, get_preset
 from whale_cli.read_folder import TRACES_FILE, continued_rollouts, read_settings, record_settings
 from whale_cli.run_settings import RunSettings
@@ -60,6 +60,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--threads", type=int, default=8)
     add_model_argument(parser, default=None, shown=f"--run's, else {DEFAULT_MODEL}")
     parser.add_argument("--server-url", default=None, help="use a running server instead of starting one")
+    add_dtype_argument(parser)
     parser.add_argument("--adapter", default=None, help="LoRA adapter folder to evaluate (default: base)")
     parser.add_argument("--output-format", choices=OUTPUT_FORMATS, default="chat")
     parser.add_argument(
@@ -168,6 +169,7 @@ def run(args: argparse.Namespace) -> int:
     from whale_dspy.rundir import sole_writer
 
     args = with_run_defaults(args)
+    own = own_server_options(args)
     domain = get_domain(args.domain)
     source = resolve_harness(args.harness, args.domain, trusted=args.trust_harness)
     examples = domain.load(args.split, args.limit, args.seed)
@@ -179,12 +181,23 @@ def run(args: argparse.Namespace) -> int:
         if kept == len(examples) * args.k and (out / READ_REPORT).exists():
             Console().print(f"{out} holds this read, finished: {out / READ_REPORT}")
             return 0
-        _evaluate(args, domain, source, examples, out, settings, done, kept)
+        _evaluate(args, own, domain, source, examples, out, settings, done, kept)
     return 0
+
+
+def own_server_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The own server's thinking switch and dtype; a --server-url server was started with its own."""
+    from whale_cli.wiring import thinking_server_options
+
+    if args.dtype and args.server_url:
+        raise ConfigError("--dtype is the own server's: start the shared one with `whale serve --dtype`")
+    options = thinking_server_options(args.server_url, args.thinking)
+    return {**options, "dtype": args.dtype} if args.dtype else options
 
 
 def _evaluate(
     args: argparse.Namespace,
+    own: dict[str, Any],
     domain: Any,
     source: HarnessSource,
     examples: list[Any],
@@ -194,10 +207,9 @@ def _evaluate(
     kept: int,
 ) -> None:
     from whale_cli.run import served
-    from whale_cli.wiring import backend_for_model, thinking_server_options
+    from whale_cli.wiring import backend_for_model
     from whale_dspy.sandbox import ContainedEvaluator
 
-    own = thinking_server_options(args.server_url, args.thinking)
     with served(backend_for_model(args.model, out, args.server_url, **own)) as backend:
         model_served, serving = backend.served_model(), backend.serving()  # what ran, whatever was asked
         record_settings(out, settings, model_served, serving)

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
-from whale_cli.arguments import add_model_argument, add_thinking_argument
+from whale_cli.arguments import add_dtype_argument, add_model_argument, add_thinking_argument
 
 HEALTH_EVERY_S = 30.0
 """Seconds between /health checks; a loaded CPU server can take seconds to answer one."""
@@ -54,11 +54,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("serve", help="serve an embedded model (plus LoRA adapters) until Ctrl-C")
     add_model_argument(parser)
     parser.add_argument("--port", type=int, default=None, help="loopback port (default: a free one)")
-    parser.add_argument(
-        "--dtype",
-        default=None,
-        help="vLLM --dtype (default: bfloat16 where the hardware has bf16 math, else float32)",
-    )
+    add_dtype_argument(parser)
     parser.add_argument("--log", type=Path, default=None, help="server log file (default: a temp file)")
     parser.add_argument(
         "--adapter-store", dest="adapter_store", type=Path, default=None, metavar="DIR",
