@@ -62,6 +62,8 @@ def test_a_read_continues_in_its_folder_and_refuses_other_settings(tmp_path, ser
     assert config["served_dtype"] == "float32"
     (out / "config.json").write_text(json.dumps({**config, "served_dtype": "bfloat16"}))
     assert "served_dtype: 'bfloat16' -> 'float32'" in refused(argv, capsys)
+    (out / "config.json").write_text(json.dumps({k: v for k, v in config.items() if k != "served_dtype"}))
+    assert "begun before reads recorded their dtype" in refused(argv, capsys)  # older reads: say which
     (out / "config.json").unlink()  # traces from before reads recorded their settings
     assert "with no recorded settings" in refused(dead, capsys)
 
@@ -125,6 +127,10 @@ def test_paired_compares_every_later_read_with_every_earlier_one(tmp_path, capsy
     assert main(["paired", str(better), str(fp32)]) == 0
     out = capsys.readouterr().out
     assert "| fp32 | h0 | base | float32 |" in out and "served in different dtypes" in out
+    remote = write_read(tmp_path / "remote", half, dtype=None)  # a server someone else started
+    assert main(["paired", str(better), str(remote)]) == 0
+    out = capsys.readouterr().out
+    assert "| remote | h0 | base | ? |" in out and "different dtypes" not in out  # unknown, not different
 
 
 def test_paired_refuses_what_cannot_be_paired(tmp_path, capsys):

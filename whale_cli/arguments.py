@@ -29,10 +29,10 @@ def add_thinking_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def add_dtype_argument(parser: argparse.ArgumentParser) -> None:
-    """--dtype of the command's own server: a read resumed on a machine without bf16 math, or one
-    sizing the dtype's effect, asks for the dtype another machine chose by default."""
+    """--dtype of the command's own server, named as records name it: a machine's default
+    (`default_dtype`) can be overridden, say to resume a read begun on another machine."""
     parser.add_argument(
-        "--dtype", default=None,
+        "--dtype", default=None, choices=("bfloat16", "float16", "float32"),
         help="vLLM --dtype of the command's own server (default: bfloat16 where the hardware has bf16 "
         "math, else float32)",
     )  # fmt: skip

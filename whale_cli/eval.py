@@ -212,7 +212,7 @@ def _evaluate(
 
     with served(backend_for_model(args.model, out, args.server_url, **own)) as backend:
         model_served, serving = backend.served_model(), backend.serving()  # what ran, whatever was asked
-        record_settings(out, settings, model_served, serving)
+        record_settings(out, settings, model_served, serving.get("dtype"))  # None: a remote can't say
         adapter_name = load_adapter_folder(backend, args.adapter, args.model, "eval")
         lm = backend.lm(adapter=adapter_name, **settings["sampling"])
         program = HarnessProgram(source, domain.signature, domain.tools, lm=lm, adapter_name=adapter_name)

@@ -74,6 +74,12 @@ def continued_rollouts(out: Path, settings: dict[str, Any]) -> list[Rollout]:
     return done
 
 
-def record_settings(out: Path, settings: dict[str, Any], served_model: str, serving: dict[str, Any]) -> None:
+def record_settings(out: Path, settings: dict[str, Any], served_model: str, served_dtype: str | None) -> None:
     """Keep the settings with the served model and dtype; a resumed read served otherwise is refused."""
-    RunDir.open(out, {**settings, SERVED_MODEL: served_model, SERVED_DTYPE: serving.get("dtype")})
+    recorded = RunDir(out).config()
+    if recorded is not None and SERVED_DTYPE not in recorded:
+        raise ConfigError(
+            f'{out} holds a read begun before reads recorded their dtype: add "{SERVED_DTYPE}" (the '
+            f"dtype its report or run log names) to its {CONFIG_FILE}, or use a new --out"
+        )
+    RunDir.open(out, {**settings, SERVED_MODEL: served_model, SERVED_DTYPE: served_dtype})

@@ -18,6 +18,7 @@ from whale_dspy.stats import PairedGain, paired_gain
 
 READ_REPORT = "report.json"
 """What `whale eval` writes into its --out folder when a read finishes."""
+UNKNOWN_DTYPE = "?"
 
 
 @dataclass(frozen=True)
@@ -33,8 +34,8 @@ class Read:
 
     @property
     def dtype(self) -> str:
-        """The dtype its server served ("?" for a server someone else started, which cannot say)."""
-        return (self.report.get("serving") or {}).get("dtype") or "?"
+        """The dtype its server served (UNKNOWN_DTYPE for a server someone else started: it cannot say)."""
+        return (self.report.get("serving") or {}).get("dtype") or UNKNOWN_DTYPE
 
 
 def read_pairs(reads: Sequence[Read]) -> list[tuple[Read, Read, PairedGain]]:
@@ -62,7 +63,7 @@ def reads_table(reads: Sequence[Read]) -> str:
     rows += ["", "| pair | gain | 95% CI | tasks | |", "|---|---|---|---|---|"]
     rows += [paired_row(f"{after.label} − {before.label}", gain) for before, after, gain in read_pairs(reads)]
     notes = ["Paired by task on the tasks both reads scored; percentile bootstrap CI over tasks."]
-    if len({read.dtype for read in reads}) > 1:
+    if len({read.dtype for read in reads} - {UNKNOWN_DTYPE}) > 1:
         # Rollout ids fix the random numbers, not the logits: bf16 and float32 draw other samples.
         notes.append(
             "The reads were served in different dtypes: a pair across them measures the dtype's "
