@@ -67,6 +67,11 @@ def continued_rollouts(out: Path, settings: dict[str, Any]) -> list[Rollout]:
         return done
     if recorded is None:
         raise ConfigError(f"{out} holds traces of a read with no recorded settings; use a new --out")
+    if SERVED_DTYPE not in recorded:  # refused before any server starts
+        raise ConfigError(
+            f'{out} holds a read begun before reads recorded their dtype: add "{SERVED_DTYPE}" (the '
+            f"dtype its report or run log names) to its {CONFIG_FILE}, or use a new --out"
+        )
     for key in (SERVED_MODEL, SERVED_DTYPE):
         recorded.pop(key, None)  # checked once the server says what it serves
     if differences := config_differences(recorded, settings):
@@ -76,10 +81,4 @@ def continued_rollouts(out: Path, settings: dict[str, Any]) -> list[Rollout]:
 
 def record_settings(out: Path, settings: dict[str, Any], served_model: str, served_dtype: str | None) -> None:
     """Keep the settings with the served model and dtype; a resumed read served otherwise is refused."""
-    recorded = RunDir(out).config()
-    if recorded is not None and SERVED_DTYPE not in recorded:
-        raise ConfigError(
-            f'{out} holds a read begun before reads recorded their dtype: add "{SERVED_DTYPE}" (the '
-            f"dtype its report or run log names) to its {CONFIG_FILE}, or use a new --out"
-        )
     RunDir.open(out, {**settings, SERVED_MODEL: served_model, SERVED_DTYPE: served_dtype})
