@@ -5,6 +5,10 @@ Starting vLLM on a CPU takes about a minute and 4-5 GB, so every integration tes
 shares the session's server. Adapters loaded on it need names unique across the
 session (names are never reused on a server): include the test's name in them.
 PostgreSQL is started once per session too, and each test gets its own database.
+
+Under pytest-xdist (pyproject's addopts) the integration tests form one group on one worker, so
+there is still one server at a time: two vLLM servers on the same cores slow each other several
+times over. The fast tests fill the other workers meanwhile.
 """
 
 from __future__ import annotations
@@ -22,6 +26,14 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 SKIP_POSTGRES = "WHALE_SKIP_POSTGRES"
+REAL_MODEL_GROUP = "real-model"
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("integration"):
+            item.add_marker(pytest.mark.xdist_group(REAL_MODEL_GROUP))
 
 
 @pytest.fixture(scope="session")
