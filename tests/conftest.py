@@ -26,14 +26,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 SKIP_POSTGRES = "WHALE_SKIP_POSTGRES"
-REAL_MODEL_GROUP = "real-model"
-
-
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if item.get_closest_marker("integration"):
-            item.add_marker(pytest.mark.xdist_group(REAL_MODEL_GROUP))
+pytest_plugins = ["real_model_group"]
 
 
 @pytest.fixture(scope="session")

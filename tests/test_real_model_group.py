@@ -1,0 +1,40 @@
+"""The real-model tests share one xdist worker (tests/real_model_group.py), checked in a child pytest."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+TESTS = Path(__file__).parent
+WORKER_LOG = """import os, pathlib
+
+def record(name):
+    pathlib.Path(name).write_text(os.environ["PYTEST_XDIST_WORKER"])
+"""
+
+
+def test_every_integration_test_runs_on_one_worker_and_the_others_spread(tmp_path: Path) -> None:
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    integration: real model\n")
+    (tmp_path / "recorder.py").write_text(WORKER_LOG)
+    for module in range(3):
+        lines = ["import pytest", "from recorder import record", ""]
+        for n in range(4):
+            mark = "@pytest.mark.integration\n" if n % 2 == 0 else ""
+            kind = "real" if n % 2 == 0 else "fast"
+            lines.append(f"{mark}def test_{n}():\n    record('{kind}-{module}-{n}')\n")
+        (tmp_path / f"test_m{module}.py").write_text("\n".join(lines))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(tmp_path)])}
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "real_model_group", "-n", "2", "--dist=loadgroup", "-q",
+         "-p", "no:cacheprovider", str(tmp_path)],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    workers = {path.name: path.read_text() for path in tmp_path.glob("*-*-*") if path.is_file()}
+    real = {w for name, w in workers.items() if name.startswith("real")}
+    fast = {w for name, w in workers.items() if name.startswith("fast")}
+    assert len(workers) == 12
+    assert len(real) == 1, workers  # six real-model tests, one worker
+    assert len(fast | real) == 2, workers  # while the two workers both ran tests
