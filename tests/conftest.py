@@ -4,11 +4,8 @@ throwaway PostgreSQL server for the study-storage tests.
 Starting vLLM on a CPU takes about a minute and 4-5 GB, so every integration test
 shares the session's server. Adapters loaded on it need names unique across the
 session (names are never reused on a server): include the test's name in them.
-PostgreSQL is started once per session too, and each test gets its own database.
-
-Under pytest-xdist (pyproject's addopts) the integration tests form one group on one worker, so
-there is still one server at a time: two vLLM servers on the same cores slow each other several
-times over. The fast tests fill the other workers meanwhile.
+PostgreSQL is started once per session (per xdist worker that needs it), and each test gets its
+own database. Under pytest-xdist the integration tests keep to one worker (real_model_group.py).
 """
 
 from __future__ import annotations

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 TESTS = Path(__file__).parent
 WORKER_LOG = """import os, pathlib
 
@@ -15,14 +17,19 @@ def record(name):
 """
 
 
+def test_the_suite_itself_runs_with_the_plugin_under_loadgroup(request: pytest.FixtureRequest) -> None:
+    assert request.config.pluginmanager.has_plugin("real_model_group")
+    assert "--dist=loadgroup" in request.config.getini("addopts")  # a worker's own `dist` reads "no"
+
+
 def test_every_integration_test_runs_on_one_worker_and_the_others_spread(tmp_path: Path) -> None:
     (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    integration: real model\n")
     (tmp_path / "recorder.py").write_text(WORKER_LOG)
     for module in range(3):
         lines = ["import pytest", "from recorder import record", ""]
-        for n in range(4):
-            mark = "@pytest.mark.integration\n" if n % 2 == 0 else ""
-            kind = "real" if n % 2 == 0 else "fast"
+        for n in range(4):  # real ones first: ungrouped, the two workers would each start with one
+            mark = "@pytest.mark.integration\n" if n < 2 else ""
+            kind = "real" if n < 2 else "fast"
             lines.append(f"{mark}def test_{n}():\n    record('{kind}-{module}-{n}')\n")
         (tmp_path / f"test_m{module}.py").write_text("\n".join(lines))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(tmp_path)])}

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -189,13 +190,15 @@ def test_time_waiting_on_the_server_does_not_count_against_the_task_limit() -> N
     assert all(len(r.lm_calls) == 3 and r.seconds > limits.task_seconds for r in rollouts)
 
 
-def test_a_harness_program_is_accepted_and_no_process_or_folder_is_left(tmp_path: Path) -> None:
-    before = set(Path(os.environ.get("TMPDIR", "/tmp")).glob("whale-sandbox-*"))
+def test_a_harness_program_is_accepted_and_no_process_or_folder_is_left(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # apart from other tests' sandboxes
     source = HarnessSource(name="tools", code=TOOL_USER)
     _, rollouts = run(SandboxedEvaluator(TEST_LIMITS), HarnessProgram(source, Question, tools_for), k=1)
     assert [r.error for r in rollouts] == [None, None]
     assert sandbox_processes() == []
-    assert set(Path(os.environ.get("TMPDIR", "/tmp")).glob("whale-sandbox-*")) == before
+    assert list(tmp_path.glob("whale-sandbox-*")) == []
 
 
 @pytest.mark.skipif(not running_as_root(), reason="the OS-level measures need root")

@@ -35,6 +35,10 @@ from sandbox_helpers import (
 from whale_dspy.harness import HarnessSource
 from whale_dspy.sandbox import CandidateProgram, SandboxedEvaluator, check_imports, classify_failure
 
+# One xdist worker for the module: the archive folder is a fixed path the candidates aim at, made
+# and removed by the module fixture, which two workers would remove under each other.
+pytestmark = pytest.mark.xdist_group("adversarial-archive")
+
 CANDIDATES = sorted(ADVERSARIAL_DIR.glob("*.py"))
 STATIC_CAUGHT = [path for path in CANDIDATES if candidate_facts(path)["STATIC"]]
 GOOD_SOURCE = """

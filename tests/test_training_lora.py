@@ -17,6 +17,13 @@ from whale_dspy.records import AdapterRef, SFTExample
 from whale_dspy.training import LoraTrainer, LoraTrainingConfig, lora_trainer
 
 
+@pytest.fixture(autouse=True)
+def own_training_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The machine-wide CPU training lock per test: a fast test here must not wait for another
+    xdist worker's real training."""
+    monkeypatch.setattr(lora_trainer, "CPU_TRAINING_LOCK", tmp_path / "training.lock")
+
+
 def toy_examples(items: range) -> list[SFTExample]:
     """A made-up fact the base model cannot know: each item's code."""
     return [
@@ -99,7 +106,6 @@ def training_spans(tmp_path: Path, monkeypatch, device: str) -> list[tuple[float
         return subprocess.CompletedProcess(command, 0)
 
     monkeypatch.setattr(lora_trainer.subprocess, "run", worker)
-    monkeypatch.setattr(lora_trainer, "CPU_TRAINING_LOCK", tmp_path / "training.lock")
     trainer = LoraTrainer(LoraTrainingConfig(device=device))
     threads = [
         threading.Thread(target=trainer._run_worker, args=(tmp_path / f"spec{i}", tmp_path / f"log{i}"))
