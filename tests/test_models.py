@@ -127,6 +127,7 @@ def test_a_failed_build_leaves_nothing_and_is_retried(tmp_path: Path) -> None:
 
 
 @pytest.mark.integration
+@pytest.mark.no_server
 def test_embedded_models_resolve_to_checked_safetensors_folders(smollm2_dir: str) -> None:
     folder = Path(smollm2_dir)
     provenance = json.loads((folder / "whale-model.json").read_text())

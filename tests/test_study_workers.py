@@ -149,8 +149,11 @@ def test_a_killed_workers_trial_is_failed_and_retried_by_another(tmp_path, stora
 def test_two_workers_share_one_study_and_prune(tmp_path, storage):
     from optuna.trial import TrialState
 
+    gate = str(tmp_path / "gate")  # both start their first trial together, however slow their imports
     workers = [
-        start_worker(tmp_path, storage, "--trials", "10", "--seed", str(seed), "--seconds", "0.05")
+        start_worker(
+            tmp_path, storage, "--trials", "10", "--seed", str(seed), "--seconds", "0.05", "--gate", gate
+        )
         for seed in (1, 2)
     ]
     assert [w.wait(timeout=240) for w in workers] == [0, 0], [
@@ -166,6 +169,17 @@ def test_two_workers_share_one_study_and_prune(tmp_path, storage):
     assert first.params == {"schedule": "fixed", "epochs": 0.6, "harness_iterations": 6}
 
 
+def wait_at_gate(gate: Path, *, workers: int, timeout: float = 120.0) -> None:
+    """Check in at `gate`, then wait until `workers` have: a loaded machine must not let one do every trial."""
+    gate.mkdir(exist_ok=True)
+    (gate / str(os.getpid())).touch()
+    deadline = time.monotonic() + timeout
+    while len(list(gate.iterdir())) < workers:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"only {len(list(gate.iterdir()))} of {workers} workers reached {gate}")
+        time.sleep(0.05)
+
+
 def _worker_main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("storage")
@@ -174,7 +188,10 @@ def _worker_main() -> None:
     parser.add_argument("--seconds", type=float, default=0.0)
     parser.add_argument("--hang-after", type=int, default=None)
     parser.add_argument("--pruner", default="patient-median")
+    parser.add_argument("--gate", type=Path, default=None, help="wait here for the other worker")
     args = parser.parse_args()
+    if args.gate is not None:
+        wait_at_gate(args.gate, workers=2)
     config = StudyConfig(
         "demo",
         trials=args.trials,

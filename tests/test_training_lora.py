@@ -148,6 +148,7 @@ def greedy(model, tokenizer, prompt: str) -> str:
 
 
 @pytest.mark.integration
+@pytest.mark.no_server
 def test_loss_falls_on_a_toy_task_and_the_result_is_reported(parent_run, smollm2_dir):
     result, metrics = parent_run
     losses = [s["loss"] for s in metrics["steps"]]
@@ -164,6 +165,7 @@ def test_loss_falls_on_a_toy_task_and_the_result_is_reported(parent_run, smollm2
 
 
 @pytest.mark.integration
+@pytest.mark.no_server
 def test_the_adapter_loads_with_peft_and_changes_greedy_generation(parent_run, smollm2_dir):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -180,6 +182,7 @@ def test_the_adapter_loads_with_peft_and_changes_greedy_generation(parent_run, s
 
 
 @pytest.mark.integration
+@pytest.mark.no_server
 def test_a_child_continues_from_its_parent_weights(parent_run, smollm2_dir, tmp_path):
     parent, parent_metrics = parent_run
     config = LoraTrainingConfig(learning_rate=1e-4, epochs=1, batch_size=4, seed=2)
