@@ -5,7 +5,8 @@ Starting vLLM on a CPU takes about a minute and 4-5 GB, so every integration tes
 shares the session's server. Adapters loaded on it need names unique across the
 session (names are never reused on a server): include the test's name in them.
 PostgreSQL is started once per session (per xdist worker that needs it), and each test gets its
-own database. Under pytest-xdist the integration tests keep to one worker (real_model_group.py).
+own database. Under pytest-xdist the integration tests that use a server keep to one worker
+(real_model_group.py); those marked `no_server` run beside them.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The real-model tests share one xdist worker (tests/real_model_group.py), checked in a child pytest."""
+"""The real-model tests that start a server share one xdist worker, and the `no_server` ones keep to
+their module (tests/real_model_group.py), checked in child pytests."""
 
 from __future__ import annotations
 
@@ -23,10 +24,20 @@ def test_the_suite_itself_runs_with_the_plugin_under_loadgroup(request: pytest.F
     assert "--dist=loadgroup" in request.config.getini("addopts")  # a worker's own `dist` reads "no"
 
 
-def test_every_integration_test_runs_on_one_worker_and_the_others_spread(tmp_path: Path) -> None:
-    (tmp_path / "pytest.ini").write_text(
-        "[pytest]\nmarkers =\n    integration: real model\n    no_server: real model, no server\n"
-    )
+MARKERS = "[pytest]\nmarkers =\n    integration: real model\n    no_server: real model, no server\n"
+
+
+def child_pytest(folder: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(folder)])}
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "real_model_group", "-q", "-p", "no:cacheprovider",
+         *args, str(folder)],
+        cwd=folder, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+
+
+def test_server_tests_run_on_one_worker_and_no_server_ones_by_module(tmp_path: Path) -> None:
+    (tmp_path / "pytest.ini").write_text(MARKERS)
     (tmp_path / "recorder.py").write_text(WORKER_LOG)
     for module in range(3):
         lines = ["import pytest", "from recorder import record", ""]
@@ -34,25 +45,38 @@ def test_every_integration_test_runs_on_one_worker_and_the_others_spread(tmp_pat
             mark = "@pytest.mark.integration\n" if n < 2 else ""
             kind = "real" if n < 2 else "fast"
             lines.append(f"{mark}def test_{n}(request):\n    record('{kind}-{module}-{n}', request)\n")
-        lines.append(
-            "@pytest.mark.integration\n@pytest.mark.no_server\n"
-            f"def test_4(request):\n    record('free-{module}-4', request)\n"
-        )
+        for n in (4, 5):  # in-process real-model tests, sharing a module fixture in real suites
+            lines.append(
+                "@pytest.mark.integration\n@pytest.mark.no_server\n"
+                f"def test_{n}(request):\n    record('free-{module}-{n}', request)\n"
+            )
         (tmp_path / f"test_m{module}.py").write_text("\n".join(lines))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(tmp_path)])}
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "real_model_group", "-n", "2", "--dist=loadgroup", "-q",
-         "-p", "no:cacheprovider", str(tmp_path)],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    result = child_pytest(tmp_path, "-n", "2", "--dist=loadgroup")
     assert result.returncode == 0, result.stdout + result.stderr
     runs = {path.name: path.read_text().split(" ", 1) for path in tmp_path.glob("*-*-*") if path.is_file()}
     workers = {name: worker for name, (worker, _) in runs.items()}
     groups = {name: group for name, (_, group) in runs.items()}
     real = {w for name, w in workers.items() if name.startswith("real")}
     fast = {w for name, w in workers.items() if name.startswith("fast")}
-    assert len(workers) == 15
-    assert len(real) == 1, workers  # six real-model tests, one worker
+    assert len(workers) == 18
+    assert len(real) == 1, workers  # six real-model tests with a server, one worker
     assert len(fast | real) == 2, workers  # while the two workers both ran tests
     assert {g for name, g in groups.items() if name.startswith("real")} == {"('real-model',)"}
-    assert {g for name, g in groups.items() if not name.startswith("real")} == {"None"}  # free to move
+    assert {g for name, g in groups.items() if name.startswith("fast")} == {"None"}  # free to move
+    for module in range(3):  # each module's no_server tests together, away from the server group
+        assert workers[f"free-{module}-4"] == workers[f"free-{module}-5"], workers
+        assert groups[f"free-{module}-4"] == f"('no-server:test_m{module}.py',)"
+
+
+def test_a_no_server_test_that_asks_for_a_server_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "pytest.ini").write_text(MARKERS)
+    (tmp_path / "conftest.py").write_text(
+        "import pytest\n\n@pytest.fixture\ndef merged_server():\n    return 'a server'\n"
+    )
+    (tmp_path / "test_wrong.py").write_text(
+        "import pytest\n\n@pytest.mark.integration\n@pytest.mark.no_server\n"
+        "def test_it(merged_server):\n    pass\n"
+    )
+    result = child_pytest(tmp_path, "-n", "0")
+    assert result.returncode == pytest.ExitCode.USAGE_ERROR, result.stdout + result.stderr
+    assert "test_it is marked no_server but uses ['merged_server']" in result.stdout + result.stderr

@@ -2,8 +2,8 @@
 
 The session's embedded server is one replica; a second is started here reading the adapter store
 through vLLM's filesystem resolver. An adapter made mid-run answers alike on both, the second
-serves an adapter from the store before anyone loads it there (as a replica that comes back does),
-and an evaluation survives the second replica's death.
+serves an adapter from the store before anyone loads it there (the resolver, a replica's fallback
+for adapters it was never told about), and an evaluation survives the second replica's death.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ pytestmark = pytest.mark.integration
 PROMPT = "Name three colours of the rainbow."
 
 
-def second_replica(model: str, folder: Path, store: AdapterStore, port: int | None = None) -> VLLMServer:
-    return VLLMServer(model, log_path=folder / "vllm.log", adapter_store=store.root, port=port, max_loras=2)
+def second_replica(model: str, folder: Path, store: AdapterStore) -> VLLMServer:
+    return VLLMServer(model, log_path=folder / "vllm.log", adapter_store=store.root, max_loras=2)
 
 
 def first_tokens(url: str, name: str) -> dict[str, float]:
@@ -91,4 +91,3 @@ def test_two_real_replicas_share_an_adapter_and_survive_one_dying(embedded_serve
         killer.join()
         assert len(rollouts) == 12  # none voided: the dead replica's calls went to the other
         assert not replicas.stats()[1]["up"]
-
