@@ -76,6 +76,18 @@ def test_report_over_a_folder_of_runs_compares_methods(tmp_path):
     assert len(json.loads((tmp_path / "runs" / "report.json").read_text())) == 2
 
 
+def test_report_over_named_runs_writes_where_it_is_told(tmp_path):
+    for seed in (0, 1):
+        scripted_run(tmp_path / "runs" / "whale" / f"seed-{seed}", budget=30, console=quiet())
+    one = tmp_path / "runs" / "whale" / "seed-1"
+    (one / "report.md").unlink()  # the run wrote its own; the report below must not
+    assert cli("report", str(one), str(tmp_path / "runs" / "whale" / ".." / "whale" / "seed-1"),
+               "--out", str(tmp_path / "figures" / "seed-1")) == 0  # fmt: skip
+    assert "| whale | 1 |" in (tmp_path / "figures" / "seed-1" / "report.md").read_text()  # once, not twice
+    assert (tmp_path / "figures" / "seed-1" / "curve.png").exists()
+    assert not (one / "report.md").exists() and not (tmp_path / "runs" / "report.md").exists()
+
+
 def test_resume_with_other_settings_is_refused_before_any_server(finished):
     run_dir, _ = finished
     with pytest.raises(ConfigError, match=r"budget: 60 -> 99; .*eval_k: 2 -> 4"):

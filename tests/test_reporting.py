@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from whale_dspy.reporting import markdown_table, paired_table, plot_curves, summarize_methods
-from whale_dspy.reporting.plots import method_curve, phase_spans, step_values
+from whale_dspy.reporting.plots import curves_figure, method_curve, phase_spans, step_values
 from whale_dspy.reporting.tables import paired_comparisons, reach_table, rollouts_to_reach
 
 
@@ -133,6 +133,20 @@ def test_paired_comparisons_pair_tasks_across_methods_and_say_what_is_noise():
     text = paired_table(reports)
     assert "| whale − start | +0.200 |" in text and "| weight-only − start | +0.000 |" in text
     assert text.count("beyond noise") == 2 and text.count("within noise") == 1
+
+
+def test_a_comparisons_plot_draws_its_paired_gains_beside_the_curves():
+    levels = [0.0, 0.25, 0.5, 0.75] * 5
+    start = scored(0, {f"t{i}": [level] for i, level in enumerate(levels)})
+    lifted = scored(64, {f"t{i}": [level + 0.2] for i, level in enumerate(levels)})
+    reports = [report("whale", [start, lifted]), report("weight-only", [start, start])]
+    figure = curves_figure(reports)
+    curves, gains = figure.axes
+    rows = sorted(gains.get_yticklabels(), key=lambda label: -label.get_position()[1])  # top row first
+    assert [label.get_text() for label in rows] == [label for label, _ in paired_comparisons(reports)]
+    legend = [text.get_text() for text in curves.get_legend().get_texts()]
+    assert legend == ["whale (n=1)", "weight-only (n=1)"]
+    assert len(curves_figure(REPORTS).axes) == 1  # no per-task scores: nothing to pair, the curves alone
 
 
 def test_rollouts_to_reach_the_best_baselines_final_count_each_seeds_first_checkpoint_at_it():

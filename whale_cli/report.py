@@ -1,8 +1,11 @@
-"""`whale report DIR`: redraw a run's (or a comparison's) table and plot from its recorded events.
+"""`whale report DIR [DIR ...]`: redraw a run's (or a comparison's) table and plot from its recorded
+events.
 
-DIR is one run directory, or a folder holding several (as `whale compare`
+Each DIR is one run directory, or a folder holding several (as `whale compare`
 writes them); every run's report is rebuilt from its config, checkpoint and
-events, so an interrupted run can be reported too.
+events, so an interrupted run can be reported too. Naming several (one seed's
+runs, say) reports just those together; `--out` writes the table and plot
+elsewhere than the (first) DIR, e.g. beside committed records.
 """
 
 from __future__ import annotations
@@ -25,7 +28,12 @@ REPORT_JSON, TABLE_MD, CURVE_PNG = "report.json", "report.md", "curve.png"
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("report", help="redraw the table and plot of a run or a comparison")
-    parser.add_argument("path", type=Path, metavar="DIR", help="a run directory or a folder of runs")
+    parser.add_argument(
+        "paths", type=Path, nargs="+", metavar="DIR", help="run folders or folders of runs, reported together"
+    )
+    parser.add_argument(
+        "--out", type=Path, help="where report.json, report.md and curve.png go (default: the first DIR)"
+    )
     parser.set_defaults(func=run)
 
 
@@ -39,10 +47,15 @@ def run_dirs(path: Path) -> list[Path]:
     return runs
 
 
-def collect_reports(path: Path) -> list[dict[str, Any]]:
+def collect_reports(*paths: Path) -> list[dict[str, Any]]:
+    """Every run's report below `paths`, each run once, in the order given."""
     from optimizers.whale_report import load_report
 
-    return [load_report(run_dir).to_dict() for run_dir in run_dirs(path)]
+    runs: dict[Path, Path] = {}
+    for path in paths:
+        for run_dir in run_dirs(path):
+            runs.setdefault(run_dir.resolve(), run_dir)
+    return [load_report(run_dir).to_dict() for run_dir in runs.values()]
 
 
 def write_outputs(out_dir: Path, reports: Sequence[dict[str, Any]], *, title: str) -> tuple[Path, Path]:
@@ -105,8 +118,10 @@ def print_phases(console: Console, report: dict[str, Any]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     console = Console()
-    reports = collect_reports(args.path)
-    table, plot = write_outputs(args.path, reports, title=f"WHALE report: {args.path.name}")
+    reports = collect_reports(*args.paths)
+    out = args.out or args.paths[0]
+    out.mkdir(parents=True, exist_ok=True)
+    table, plot = write_outputs(out, reports, title=f"WHALE report: {out.name}")
     if len(reports) == 1:
         print_phases(console, reports[0])
     print_summary(console, reports)
