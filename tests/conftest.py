@@ -1,12 +1,12 @@
-"""Shared fixtures: the embedded model folder, ONE real vLLM server for all integration tests, and a
-throwaway PostgreSQL server for the study-storage tests.
+"""Shared fixtures: the embedded model folder, the real vLLM servers the integration tests share
+(one runtime-LoRA, one merged), and a throwaway PostgreSQL server for the study-storage tests.
 
-Starting vLLM on a CPU takes about a minute and 4-5 GB, so every integration test
-shares the session's server. Adapters loaded on it need names unique across the
-session (names are never reused on a server): include the test's name in them.
-PostgreSQL is started once per session (per xdist worker that needs it), and each test gets its
-own database. Under pytest-xdist the integration tests that use a server keep to one worker
-(real_model_group.py); those marked `no_server` run beside them.
+Starting vLLM on a CPU takes one to three minutes and 4-5 GB, so the integration tests share the
+session's servers. Adapters loaded on one need names unique across the session (names are never
+reused on a server): include the test's name in them. PostgreSQL is started once per session (per
+xdist worker that needs it), and each test gets its own database. Under pytest-xdist the
+integration tests that use a server keep to two groups, one per kind of server, each on one worker
+and its servers on that worker's core (real_model_group.py); those marked `no_server` run beside.
 """
 
 from __future__ import annotations
@@ -38,20 +38,34 @@ def smollm2_dir() -> str:
 @pytest.fixture(scope="session")
 def embedded_server(smollm2_dir: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator:
     """A started VLLMServer serving SmolLM2 as 'base' with runtime LoRA adapters."""
+    from real_model_group import this_workers_core  # the plugin, loaded by now
+
     from whale_dspy.backends import embedded_server as make_server
 
     yield from _serving(
-        make_server(smollm2_dir, run_dir=tmp_path_factory.mktemp("embedded-server"), adapters="runtime")
+        make_server(
+            smollm2_dir,
+            run_dir=tmp_path_factory.mktemp("embedded-server"),
+            adapters="runtime",
+            cpu_cores=this_workers_core(),
+        )
     )
 
 
 @pytest.fixture(scope="session")
 def merged_server(smollm2_dir: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator:
     """A started MergedAdapterServer (adapters folded into the weights), the CPU runs' default."""
+    from real_model_group import this_workers_core  # the plugin, loaded by now
+
     from whale_dspy.backends import embedded_server as make_server
 
     yield from _serving(
-        make_server(smollm2_dir, run_dir=tmp_path_factory.mktemp("merged-server"), adapters="merged")
+        make_server(
+            smollm2_dir,
+            run_dir=tmp_path_factory.mktemp("merged-server"),
+            adapters="merged",
+            cpu_cores=this_workers_core(),
+        )
     )
 
 

@@ -1,18 +1,44 @@
-"""A pytest plugin: under pytest-xdist's loadgroup, the real-model tests that start a server go to
-one worker.
+"""A pytest plugin: under pytest-xdist's loadgroup, the real-model tests that start a server keep to
+two groups, each on one worker, one per kind of server.
 
-Two vLLM servers on the same cores slow each other several times over, so those tests keep to one
-server at a time on one worker while the fast tests fill the others. A real-model test marked
-`no_server` (it trains or loads the model in-process) runs beside them, grouped with the other
-`no_server` tests of its module so that a module fixture (a trained parent adapter) is built once.
+Those tests are the suite's long pole. Kept on one worker they ran one after another, each server
+computing on one core while the other core idled once the fast tests were done. Split by server
+(the merged server's tests, which also train, and the runtime-LoRA server's), each group still runs
+one test at a time beside the other's, and each worker's servers compute on a core of their own
+(`server_cores`): vLLM's automatic binding would put every server's threads on the same core.
+A real-model test marked `no_server` (it trains or loads the model in-process) runs beside them,
+grouped with the other `no_server` tests of its module so that a module fixture (a trained parent
+adapter) is built once.
 """
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
-REAL_MODEL_GROUP = "real-model"
+MERGED_GROUP, RUNTIME_GROUP = "real-model:merged", "real-model:runtime"
 SERVER_FIXTURES = frozenset({"embedded_server", "merged_server"})
+
+
+def server_group(item: pytest.Item) -> str:
+    """The merged server's group for a test that uses it (with or without the runtime server, which
+    starts quickly), the runtime group for every other test with a server."""
+    uses_merged = isinstance(item, pytest.Function) and "merged_server" in item.fixturenames
+    return MERGED_GROUP if uses_merged else RUNTIME_GROUP
+
+
+def server_cores(worker: str | None, cores: int | None = None) -> str | None:
+    """The core a worker's servers bind their compute threads to ("gw1" -> "1", wrapping round the
+    machine's cores); None outside xdist, leaving vLLM's own binding."""
+    if not worker or not worker.startswith("gw"):
+        return None
+    return str(int(worker[2:]) % (cores or os.cpu_count() or 1))
+
+
+def this_workers_core() -> str | None:
+    """`server_cores` of the worker this process is."""
+    return server_cores(os.environ.get("PYTEST_XDIST_WORKER"))
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook turns the groups into scheduling scopes
@@ -21,7 +47,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if not item.get_closest_marker("integration"):
             continue
         if not item.get_closest_marker("no_server"):
-            item.add_marker(pytest.mark.xdist_group(REAL_MODEL_GROUP))
+            item.add_marker(pytest.mark.xdist_group(server_group(item)))
             continue
         servers = SERVER_FIXTURES & set(item.fixturenames) if isinstance(item, pytest.Function) else set()
         if servers:

@@ -58,17 +58,24 @@ def test_json_schema_constrained_decoding_is_honoured(embedded_server) -> None:
     assert isinstance(prediction.answer, int)  # the server kept the reply inside the schema
 
 
-@pytest.mark.parametrize("server_fixture", ["embedded_server", "merged_server"])
-def test_the_same_rollout_ids_redraw_the_same_samples_at_temperature_one(
-    server_fixture: str, request: pytest.FixtureRequest
-) -> None:
+def test_the_same_rollout_ids_redraw_the_same_samples_at_temperature_one(embedded_server) -> None:
+    assert_rollout_ids_redraw_their_samples(embedded_server)
+
+
+def test_the_same_rollout_ids_redraw_the_same_samples_on_the_merged_server(merged_server) -> None:
+    assert_rollout_ids_redraw_their_samples(merged_server)
+
+
+def assert_rollout_ids_redraw_their_samples(server) -> None:
+    """Named fixtures, not one parametrized test: the server a test uses picks its xdist group
+    (real_model_group.py), and a fixture fetched by name at run time cannot be seen there."""
     from whale_dspy.evaluation import evaluate
     from whale_dspy.harness import HarnessProgram, HarnessSource
 
     code = "import dspy\ndef build(signature, tools):\n    return dspy.Predict(signature)\n"
     program = HarnessProgram(HarnessSource("direct", code).vouched(), dspy.Signature("question -> answer"))
     task = dspy.Example(task_id="t0", question=QUESTION, answer="red").with_inputs("question")
-    lm = request.getfixturevalue(server_fixture).lm(max_tokens=48, temperature=1.0)
+    lm = server.lm(max_tokens=48, temperature=1.0)
 
     def completions(namespace: str) -> list[str]:
         # One request at a time: bf16 numerics follow the batch's shape, and under a loaded CPU the

@@ -1,5 +1,5 @@
-"""The real-model tests that start a server share one xdist worker, and the `no_server` ones keep to
-their module (tests/real_model_group.py), checked in child pytests."""
+"""The real-model tests that start a server keep to one xdist worker per kind of server, and the
+`no_server` ones to their module (tests/real_model_group.py), checked in child pytests."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from real_model_group import server_cores
 
 TESTS = Path(__file__).parent
 WORKER_LOG = """import os, pathlib
@@ -36,15 +37,26 @@ def child_pytest(folder: Path, *args: str) -> subprocess.CompletedProcess:
     )  # fmt: skip
 
 
-def test_server_tests_run_on_one_worker_and_no_server_ones_by_module(tmp_path: Path) -> None:
+SERVERS = (
+    "import pytest\n\n@pytest.fixture\ndef merged_server():\n    return 'merged'\n\n"
+    "@pytest.fixture\ndef embedded_server():\n    return 'runtime'\n"
+)
+
+
+def test_server_tests_keep_to_a_worker_per_server_and_no_server_ones_to_their_module(tmp_path: Path) -> None:
     (tmp_path / "pytest.ini").write_text(MARKERS)
     (tmp_path / "recorder.py").write_text(WORKER_LOG)
+    (tmp_path / "conftest.py").write_text(SERVERS)
+    servers = {0: "merged_server", 1: "embedded_server", 2: "merged_server, embedded_server"}
     for module in range(3):
         lines = ["import pytest", "from recorder import record", ""]
         for n in range(4):  # real ones first: ungrouped, the two workers would each start with one
-            mark = "@pytest.mark.integration\n" if n < 2 else ""
-            kind = "real" if n < 2 else "fast"
-            lines.append(f"{mark}def test_{n}(request):\n    record('{kind}-{module}-{n}', request)\n")
+            real = n < 2
+            name, fixtures = (
+                ("real", f"request, {servers[(module + n) % 3]}") if real else ("fast", "request")
+            )
+            mark = "@pytest.mark.integration\n" if real else ""
+            lines.append(f"{mark}def test_{n}({fixtures}):\n    record('{name}-{module}-{n}', request)\n")
         for n in (4, 5):  # in-process real-model tests, sharing a module fixture in real suites
             lines.append(
                 "@pytest.mark.integration\n@pytest.mark.no_server\n"
@@ -56,16 +68,25 @@ def test_server_tests_run_on_one_worker_and_no_server_ones_by_module(tmp_path: P
     runs = {path.name: path.read_text().split(" ", 1) for path in tmp_path.glob("*-*-*") if path.is_file()}
     workers = {name: worker for name, (worker, _) in runs.items()}
     groups = {name: group for name, (_, group) in runs.items()}
-    real = {w for name, w in workers.items() if name.startswith("real")}
-    fast = {w for name, w in workers.items() if name.startswith("fast")}
     assert len(workers) == 18
-    assert len(real) == 1, workers  # six real-model tests with a server, one worker
-    assert len(fast | real) == 2, workers  # while the two workers both ran tests
-    assert {g for name, g in groups.items() if name.startswith("real")} == {"('real-model',)"}
+    merged = {f"real-{m}-{n}" for m in range(3) for n in range(2) if "merged" in servers[(m + n) % 3]}
+    runtime = {name for name in workers if name.startswith("real")} - merged
+    assert len(merged) == 4 and len(runtime) == 2  # a test with both servers goes with the merged one
+    assert {groups[name] for name in merged} == {"('real-model:merged',)"}
+    assert {groups[name] for name in runtime} == {"('real-model:runtime',)"}
+    assert len({workers[name] for name in merged}) == 1, workers  # each server's tests on one worker
+    assert len({workers[name] for name in runtime}) == 1, workers
     assert {g for name, g in groups.items() if name.startswith("fast")} == {"None"}  # free to move
-    for module in range(3):  # each module's no_server tests together, away from the server group
+    assert len(set(workers.values())) == 2, workers  # while the two workers both ran tests
+    for module in range(3):  # each module's no_server tests together, away from the server groups
         assert workers[f"free-{module}-4"] == workers[f"free-{module}-5"], workers
         assert groups[f"free-{module}-4"] == f"('no-server:test_m{module}.py',)"
+
+
+def test_each_workers_servers_bind_to_a_core_of_its_own() -> None:
+    assert [server_cores(f"gw{n}", cores=2) for n in range(4)] == ["0", "1", "0", "1"]
+    assert server_cores("gw5", cores=8) == "5"
+    assert server_cores(None) is None and server_cores("master") is None  # not under xdist: vLLM's own
 
 
 def test_a_no_server_test_that_asks_for_a_server_is_refused(tmp_path: Path) -> None:

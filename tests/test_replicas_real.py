@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 from meta_harness_helpers import GOOD, exact, student, tasks
+from real_model_group import this_workers_core
 
 from whale_dspy.backends import AdapterStore, RemoteServer, ReplicaSet, VLLMServer
 from whale_dspy.evaluation import evaluate
@@ -29,7 +30,13 @@ PROMPT = "Name three colours of the rainbow."
 
 
 def second_replica(model: str, folder: Path, store: AdapterStore) -> VLLMServer:
-    return VLLMServer(model, log_path=folder / "vllm.log", adapter_store=store.root, max_loras=2)
+    return VLLMServer(
+        model,
+        log_path=folder / "vllm.log",
+        adapter_store=store.root,
+        max_loras=2,
+        cpu_cores=this_workers_core(),
+    )
 
 
 def first_tokens(url: str, name: str) -> dict[str, float]:
