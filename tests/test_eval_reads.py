@@ -133,6 +133,22 @@ def test_paired_compares_every_later_read_with_every_earlier_one(tmp_path, capsy
     assert "| remote | h0 | base | ? |" in out and "different dtypes" not in out  # unknown, not different
 
 
+def test_paired_widens_the_pairs_intervals_for_a_family_of_comparisons(tmp_path, capsys):
+    start = write_read(tmp_path / "start", {f"t{i}": [0.0] for i in range(80)})
+    # 22 tasks gained a point, 10 lost one: beyond noise alone, not as one of four comparisons
+    gains = {f"t{i}": [1.0 if i < 22 else -1.0 if i < 32 else 0.0] for i in range(80)}
+    better = write_read(tmp_path / "better", gains)
+    assert main(["paired", str(start), str(better)]) == 0
+    alone = capsys.readouterr().out
+    assert "| pair | gain | 95% CI |" in alone and "| better − start | +0.150 | [+0.025," in alone
+    assert "beyond noise" in alone and "holds m comparisons" not in alone
+    assert main(["paired", str(start), str(better), "--level", "0.9875"]) == 0
+    family = capsys.readouterr().out
+    assert "| pair | gain | 98.75% CI |" in family and "| better − start | +0.150 | [-0.019," in family
+    assert "within noise" in family and "Pairs' intervals at 98.75%" in family
+    assert "out of range" in refused(["paired", str(start), str(better), "--level", "1"], capsys)
+
+
 def test_paired_refuses_what_cannot_be_paired(tmp_path, capsys):
     a = write_read(tmp_path / "a", {"t0": [1.0]})
     assert "at least two reads" in refused(["paired", str(a)], capsys)

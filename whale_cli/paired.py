@@ -25,6 +25,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--labels", default=None, help="comma-separated names for the reads (default: their folder names)"
     )
     parser.add_argument("--out", type=Path, default=None, help="also write the Markdown table here")
+    parser.add_argument(
+        "--level",
+        type=float,
+        default=0.95,
+        help="the pairs' CI level; 1 - 0.05/m holds m comparisons together (Bonferroni), e.g. 0.9875 for 4",
+    )
     parser.set_defaults(func=run)
 
 
@@ -47,7 +53,9 @@ def load_reads(folders: list[Path], labels: str | None) -> list[Read]:
 
 
 def run(args: argparse.Namespace) -> int:
-    table = reads_table(load_reads(args.reads, args.labels))
+    if not 0.5 <= args.level < 1.0:
+        raise ConfigError(f"--level {args.level} is out of range: a CI level in [0.5, 1)")
+    table = reads_table(load_reads(args.reads, args.labels), level=args.level)
     print(table)
     if args.out is not None:
         atomic_write_text(args.out, table)

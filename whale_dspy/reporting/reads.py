@@ -38,18 +38,19 @@ class Read:
         return (self.report.get("serving") or {}).get("dtype") or UNKNOWN_DTYPE
 
 
-def read_pairs(reads: Sequence[Read]) -> list[tuple[Read, Read, PairedGain]]:
+def read_pairs(reads: Sequence[Read], *, level: float = 0.95) -> list[tuple[Read, Read, PairedGain]]:
     """Every later read against every earlier one, in the order given (so the start goes first)."""
     if len(reads) < 2:
         raise ConfigError("a paired comparison needs at least two reads")
     splits = {(read.report.get("domain"), read.report.get("split")) for read in reads}
     if len(splits) > 1:
         raise ConfigError(f"the reads score different domains or splits: {sorted(map(str, splits))}")
-    return [(a, b, paired_gain(a.per_task, b.per_task)) for a, b in combinations(reads, 2)]
+    return [(a, b, paired_gain(a.per_task, b.per_task, level=level)) for a, b in combinations(reads, 2)]
 
 
-def reads_table(reads: Sequence[Read]) -> str:
-    """Markdown: each read's mean@k with its CI, then every pair's paired gain and verdict."""
+def reads_table(reads: Sequence[Read], *, level: float = 0.95) -> str:
+    """Markdown: each read's mean@k with its CI, then every pair's paired gain and verdict, with
+    the pairs' intervals at `level` (each read's own stays the 95% its report holds)."""
     rows = [
         "| read | harness | weights | dtype | tasks | k | mean@k [95% CI] |",
         "|---|---|---|---|---|---|---|",
@@ -60,9 +61,12 @@ def reads_table(reads: Sequence[Read]) -> str:
         interval = f"{r['mean_at_k']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}]"
         cells = (read.label, r.get("harness"), weights, read.dtype, r["tasks"], r["k"], interval)
         rows.append("| " + " | ".join(map(str, cells)) + " |")
-    rows += ["", "| pair | gain | 95% CI | tasks | |", "|---|---|---|---|---|"]
-    rows += [paired_row(f"{after.label} − {before.label}", gain) for before, after, gain in read_pairs(reads)]
+    rows += ["", f"| pair | gain | {level * 100:.4g}% CI | tasks | |", "|---|---|---|---|---|"]
+    pairs = read_pairs(reads, level=level)
+    rows += [paired_row(f"{after.label} − {before.label}", gain) for before, after, gain in pairs]
     notes = ["Paired by task on the tasks both reads scored; percentile bootstrap CI over tasks."]
+    if level != 0.95:
+        notes.append(f"Pairs' intervals at {level * 100:.4g}%: 1 - 0.05/m holds m comparisons together.")
     if len({read.dtype for read in reads} - {UNKNOWN_DTYPE}) > 1:
         # Rollout ids fix the random numbers, not the logits: bf16 and float32 draw other samples.
         notes.append(
