@@ -38,35 +38,30 @@ def smollm2_dir() -> str:
 @pytest.fixture(scope="session")
 def embedded_server(smollm2_dir: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator:
     """A started VLLMServer serving SmolLM2 as 'base' with runtime LoRA adapters."""
-    from real_model_group import this_workers_core  # the plugin, loaded by now
-
-    from whale_dspy.backends import embedded_server as make_server
-
-    yield from _serving(
-        make_server(
-            smollm2_dir,
-            run_dir=tmp_path_factory.mktemp("embedded-server"),
-            adapters="runtime",
-            cpu_cores=this_workers_core(),
-        )
-    )
+    yield from _serving(_server(smollm2_dir, tmp_path_factory.mktemp("embedded-server"), "runtime"))
 
 
 @pytest.fixture(scope="session")
 def merged_server(smollm2_dir: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator:
     """A started MergedAdapterServer (adapters folded into the weights), the CPU runs' default."""
-    from real_model_group import this_workers_core  # the plugin, loaded by now
+    yield from _serving(_server(smollm2_dir, tmp_path_factory.mktemp("merged-server"), "merged"))
+
+
+@pytest.fixture
+def runtime_reference_server(smollm2_dir: str, tmp_path: Path) -> Iterator:
+    """A runtime-LoRA server for one test of the merged server's group, stopped after it: the
+    session's `embedded_server` lives on the other worker, and a second one kept there for the rest
+    of the session would hold its memory beside the merged server and the trainer."""
+    yield from _serving(_server(smollm2_dir, tmp_path / "runtime-server", "runtime"))
+
+
+def _server(model: str, run_dir: Path, adapters: str):
+    """An unstarted embedded server of one kind, its compute on this xdist worker's own core."""
+    from real_model_group import this_workers_core  # imported here, not above: pytest loads it as a plugin
 
     from whale_dspy.backends import embedded_server as make_server
 
-    yield from _serving(
-        make_server(
-            smollm2_dir,
-            run_dir=tmp_path_factory.mktemp("merged-server"),
-            adapters="merged",
-            cpu_cores=this_workers_core(),
-        )
-    )
+    return make_server(model, run_dir=run_dir, adapters=adapters, cpu_cores=this_workers_core())
 
 
 def _serving(server) -> Iterator:

@@ -6,34 +6,43 @@ computing on one core while the other core idled once the fast tests were done. 
 (the merged server's tests, which also train, and the runtime-LoRA server's), each group still runs
 one test at a time beside the other's, and each worker's servers compute on a core of their own
 (`server_cores`): vLLM's automatic binding would put every server's threads on the same core.
-A real-model test marked `no_server` (it trains or loads the model in-process) runs beside them,
-grouped with the other `no_server` tests of its module so that a module fixture (a trained parent
-adapter) is built once.
+
+The two groups land on different workers because loadgroup hands out its largest scopes first,
+one per worker, and a worker takes more only when 2 or fewer of its tests are left: so both groups
+must stay the largest scopes, each of more than 2 tests (tests/test_real_model_group.py checks the
+placement on a small suite). A real-model test marked `no_server` (it trains or loads the model
+in-process) runs beside them, grouped with the other `no_server` tests of its module so that a
+module fixture (a trained parent adapter) is built once.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 
 import pytest
 
+from whale_dspy.backends.vllm_server import split_cores
+
 MERGED_GROUP, RUNTIME_GROUP = "real-model:merged", "real-model:runtime"
-SERVER_FIXTURES = frozenset({"embedded_server", "merged_server"})
+SERVER_FIXTURES = frozenset({"embedded_server", "merged_server", "runtime_reference_server"})
 
 
 def server_group(item: pytest.Item) -> str:
-    """The merged server's group for a test that uses it (with or without the runtime server, which
-    starts quickly), the runtime group for every other test with a server."""
+    """The merged server's group for a test that uses it (a runtime server beside it is started for
+    that test alone), the runtime group for every other test with a server."""
     uses_merged = isinstance(item, pytest.Function) and "merged_server" in item.fixturenames
     return MERGED_GROUP if uses_merged else RUNTIME_GROUP
 
 
-def server_cores(worker: str | None, cores: int | None = None) -> str | None:
-    """The core a worker's servers bind their compute threads to ("gw1" -> "1", wrapping round the
-    machine's cores); None outside xdist, leaving vLLM's own binding."""
+def server_cores(worker: str | None, cores: Sequence[int] | None = None) -> str | None:
+    """The core a worker's servers bind their compute threads to ("gw1" -> the second core this
+    process may use, wrapping round them); None outside xdist, leaving vLLM's own binding."""
     if not worker or not worker.startswith("gw"):
         return None
-    return str(int(worker[2:]) % (cores or os.cpu_count() or 1))
+    available = sorted(cores if cores is not None else os.sched_getaffinity(0))
+    one_each = split_cores(len(available), available)
+    return one_each[int(worker[2:]) % len(one_each)]
 
 
 def this_workers_core() -> str | None:

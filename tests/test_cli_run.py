@@ -86,6 +86,8 @@ def test_report_over_named_runs_writes_where_it_is_told(tmp_path):
     assert "| whale | 1 |" in (tmp_path / "figures" / "seed-1" / "report.md").read_text()  # once, not twice
     assert (tmp_path / "figures" / "seed-1" / "curve.png").exists()
     assert not (one / "report.md").exists() and not (tmp_path / "runs" / "report.md").exists()
+    with pytest.raises(ConfigError, match="give --out"):  # never over one of the runs' own reports
+        cli("report", str(one), str(tmp_path / "runs" / "whale" / "seed-0"))
 
 
 def test_resume_with_other_settings_is_refused_before_any_server(finished):

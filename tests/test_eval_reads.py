@@ -144,8 +144,8 @@ def test_paired_widens_the_pairs_intervals_for_a_family_of_comparisons(tmp_path,
     assert "beyond noise" in alone and "holds m comparisons" not in alone
     assert main(["paired", str(start), str(better), "--level", "0.9875"]) == 0
     family = capsys.readouterr().out
-    assert "| pair | gain | 98.75% CI |" in family and "| better − start | +0.150 | [-0.019," in family
-    assert "within noise" in family and "Pairs' intervals at 98.75%" in family
+    assert "| pair | gain | 98.75% CI |" in family and "| better − start | +0.150 | [-0.025," in family
+    assert "within noise" in family and "at 98.75%: each of 4 comparisons" in family
     assert "out of range" in refused(["paired", str(start), str(better), "--level", "1"], capsys)
 
 

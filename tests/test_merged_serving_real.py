@@ -36,15 +36,15 @@ def distance(a: dict[str, float], b: dict[str, float]) -> float:
 
 
 def test_a_merged_adapter_answers_as_runtime_lora_and_the_base_comes_back(
-    merged_server, embedded_server, smollm2_dir: str, tmp_path: Path
+    merged_server, runtime_reference_server, smollm2_dir: str, tmp_path: Path
 ) -> None:
     ref = make_random_adapter(smollm2_dir, tmp_path / "adapter", name="test-merged-r00-s0000", seed=3)
     base_before = [first_token_logprobs(merged_server, None, p) for p in PROMPTS]
     swaps = merged_server.gate.swaps  # the server is shared: other tests swapped it before
     merged_server.load_adapter(ref)
-    embedded_server.load_adapter(ref)
+    runtime_reference_server.load_adapter(ref)
     merged = [first_token_logprobs(merged_server, ref.name, p) for p in PROMPTS]
-    runtime = [first_token_logprobs(embedded_server, ref.name, p) for p in PROMPTS]
+    runtime = [first_token_logprobs(runtime_reference_server, ref.name, p) for p in PROMPTS]
     base_after = [first_token_logprobs(merged_server, None, p) for p in PROMPTS]
 
     for m, r, b in zip(merged, runtime, base_before, strict=True):

@@ -76,6 +76,7 @@ def test_server_tests_keep_to_a_worker_per_server_and_no_server_ones_to_their_mo
     assert {groups[name] for name in runtime} == {"('real-model:runtime',)"}
     assert len({workers[name] for name in merged}) == 1, workers  # each server's tests on one worker
     assert len({workers[name] for name in runtime}) == 1, workers
+    assert workers[min(merged)] != workers[min(runtime)], workers  # and the two servers' on two workers
     assert {g for name, g in groups.items() if name.startswith("fast")} == {"None"}  # free to move
     assert len(set(workers.values())) == 2, workers  # while the two workers both ran tests
     for module in range(3):  # each module's no_server tests together, away from the server groups
@@ -84,8 +85,9 @@ def test_server_tests_keep_to_a_worker_per_server_and_no_server_ones_to_their_mo
 
 
 def test_each_workers_servers_bind_to_a_core_of_its_own() -> None:
-    assert [server_cores(f"gw{n}", cores=2) for n in range(4)] == ["0", "1", "0", "1"]
-    assert server_cores("gw5", cores=8) == "5"
+    assert [server_cores(f"gw{n}", cores=[0, 1]) for n in range(4)] == ["0", "1", "0", "1"]
+    assert [server_cores(f"gw{n}", cores=[3, 2]) for n in range(3)] == ["2", "3", "2"]  # the ones it may use
+    assert server_cores("gw5", cores=range(8)) == "5"
     assert server_cores(None) is None and server_cores("master") is None  # not under xdist: vLLM's own
 
 

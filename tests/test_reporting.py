@@ -136,6 +136,8 @@ def test_paired_comparisons_pair_tasks_across_methods_and_say_what_is_noise():
 
 
 def test_a_comparisons_plot_draws_its_paired_gains_beside_the_curves():
+    import matplotlib.pyplot as plt
+
     levels = [0.0, 0.25, 0.5, 0.75] * 5
     start = scored(0, {f"t{i}": [level] for i, level in enumerate(levels)})
     lifted = scored(64, {f"t{i}": [level + 0.2] for i, level in enumerate(levels)})
@@ -143,10 +145,24 @@ def test_a_comparisons_plot_draws_its_paired_gains_beside_the_curves():
     figure = curves_figure(reports)
     curves, gains = figure.axes
     rows = sorted(gains.get_yticklabels(), key=lambda label: -label.get_position()[1])  # top row first
-    assert [label.get_text() for label in rows] == [label for label, _ in paired_comparisons(reports)]
+    pairs = paired_comparisons(reports)
+    assert [label.get_text() for label in rows] == [label for label, _ in pairs]
+    drawn = {tuple(line.get_xdata()) for line in gains.get_lines() if len(line.get_xdata()) == 2}
+    assert {(gain.low, gain.high) for _, gain in pairs} <= drawn  # each pair's interval, as computed
     legend = [text.get_text() for text in curves.get_legend().get_texts()]
     assert legend == ["whale (n=1)", "weight-only (n=1)"]
-    assert len(curves_figure(REPORTS).axes) == 1  # no per-task scores: nothing to pair, the curves alone
+    single = curves_figure(REPORTS)
+    assert len(single.axes) == 1  # no per-task scores: nothing to pair, the curves alone
+    plt.close(figure)
+    plt.close(single)
+
+
+def test_seeds_that_share_their_start_plot_without_a_negative_error_bar():
+    import matplotlib.pyplot as plt
+
+    start = scored(0, {"t0": [0.1], "t1": [0.1]})  # three seeds of 0.1 average to 0.10000000000000002
+    seeds = [report("whale", [start, scored(64, {"t0": [0.2], "t1": [0.4]})]) for _ in range(3)]
+    plt.close(curves_figure([*seeds, report("weight-only", [start, start])]))
 
 
 def test_rollouts_to_reach_the_best_baselines_final_count_each_seeds_first_checkpoint_at_it():

@@ -14,6 +14,7 @@ from pathlib import Path
 from whale_dspy.errors import ConfigError
 from whale_dspy.jsonl import atomic_write_text
 from whale_dspy.reporting.reads import READ_REPORT, Read, reads_table
+from whale_dspy.stats import CI_LEVEL
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -28,7 +29,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--level",
         type=float,
-        default=0.95,
+        default=CI_LEVEL,
         help="the pairs' CI level; 1 - 0.05/m holds m comparisons together (Bonferroni), e.g. 0.9875 for 4",
     )
     parser.set_defaults(func=run)
@@ -53,8 +54,6 @@ def load_reads(folders: list[Path], labels: str | None) -> list[Read]:
 
 
 def run(args: argparse.Namespace) -> int:
-    if not 0.5 <= args.level < 1.0:
-        raise ConfigError(f"--level {args.level} is out of range: a CI level in [0.5, 1)")
     table = reads_table(load_reads(args.reads, args.labels), level=args.level)
     print(table)
     if args.out is not None:

@@ -32,7 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "paths", type=Path, nargs="+", metavar="DIR", help="run folders or folders of runs, reported together"
     )
     parser.add_argument(
-        "--out", type=Path, help="where report.json, report.md and curve.png go (default: the first DIR)"
+        "--out", type=Path, help="where report.json, report.md and curve.png go (default: DIR, when one)"
     )
     parser.set_defaults(func=run)
 
@@ -118,6 +118,8 @@ def print_phases(console: Console, report: dict[str, Any]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     console = Console()
+    if len(args.paths) > 1 and args.out is None:
+        raise ConfigError("several DIRs are reported together into --out, not into one of them: give --out")
     reports = collect_reports(*args.paths)
     out = args.out or args.paths[0]
     out.mkdir(parents=True, exist_ok=True)

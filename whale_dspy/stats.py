@@ -3,6 +3,7 @@ reports can be drawn without importing DSPy)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -12,17 +13,24 @@ import numpy as np
 from whale_dspy.errors import ConfigError
 
 BOOTSTRAP_RESAMPLES = 2000
+CI_LEVEL = 0.95
+TAIL_RESAMPLES = 25
+"""The fewest resamples beyond each end of an interval: a 98.75% one (four comparisons held
+together) takes 4000 resamples, where 2000 would leave 12 per tail to place its ends."""
 
 
-def bootstrap_ci(values: Sequence[float], *, seed: int = 0, level: float = 0.95) -> tuple[float, float]:
+def bootstrap_ci(values: Sequence[float], *, seed: int = 0, level: float = CI_LEVEL) -> tuple[float, float]:
     """Percentile bootstrap over tasks (the unit that varies), not over correlated samples."""
+    if not 0.5 <= level < 1.0:
+        raise ConfigError(f"a CI level of {level} is out of range: one in [0.5, 1)")
     if len(values) == 0:
         return 0.0, 0.0
     data = np.asarray(values, dtype=float)
     rng = np.random.default_rng(seed)
-    means = data[rng.integers(0, len(data), size=(BOOTSTRAP_RESAMPLES, len(data)))].mean(axis=1)
-    tail = (1 - level) / 2 * 100
-    return float(np.percentile(means, tail)), float(np.percentile(means, 100 - tail))
+    tail = (1 - level) / 2
+    resamples = max(BOOTSTRAP_RESAMPLES, math.ceil(TAIL_RESAMPLES / tail))
+    means = data[rng.integers(0, len(data), size=(resamples, len(data)))].mean(axis=1)
+    return float(np.percentile(means, tail * 100)), float(np.percentile(means, 100 - tail * 100))
 
 
 @dataclass(frozen=True)
@@ -51,7 +59,7 @@ def paired_gain(
     after: Mapping[str, Sequence[float]],
     *,
     seed: int = 0,
-    level: float = 0.95,
+    level: float = CI_LEVEL,
 ) -> PairedGain:
     """Compare two evaluations' per-task scores (e.g. `EvalReport.per_task` of h0 and of a searched
     harness, or one method's pooled seeds against another's) on the tasks both scored. A `level` of

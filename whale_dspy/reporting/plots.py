@@ -10,11 +10,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from whale_dspy.reporting.tables import group_by_method, paired_comparisons
+from whale_dspy.stats import PairedGain
+
+if TYPE_CHECKING:  # matplotlib is imported only when a plot is drawn
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 
 def step_values(curve: Sequence[dict[str, Any]], grid: np.ndarray, key: str) -> np.ndarray:
@@ -37,6 +42,9 @@ def method_curve(runs: Sequence[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray
     return grid, np.nanmean(means, axis=0), low, high
 
 
+MethodRuns = dict[str, list[dict[str, Any]]]
+"""Each method's run reports, in the order `group_by_method` gives them."""
+
 PHASE_COLOURS = {"weight": "tab:blue", "harness": "tab:orange"}
 
 
@@ -55,9 +63,6 @@ def phase_spans(reports: Sequence[dict[str, Any]]) -> list[tuple[str, int, int]]
 
 def plot_curves(reports: Sequence[dict[str, Any]], path: Path, *, title: str = "") -> Path:
     """Write a PNG of test mean@k against optimization rollouts for every method in `reports`."""
-    import matplotlib
-
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     figure = curves_figure(reports, title=title)
@@ -67,9 +72,12 @@ def plot_curves(reports: Sequence[dict[str, Any]], path: Path, *, title: str = "
     return path
 
 
-def curves_figure(reports: Sequence[dict[str, Any]], *, title: str = ""):
+def curves_figure(reports: Sequence[dict[str, Any]], *, title: str = "") -> Figure:
     """The figure `plot_curves` writes: one run's curve with its phases shaded, or a comparison's
-    checkpoints beside its paired gains (one row per `paired_comparisons` pair)."""
+    checkpoints beside its paired gains (one row per `paired_comparisons` pair). The caller closes it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     methods = {m: runs for m, runs in group_by_method(reports).items() if any(r["curve"] for r in runs)}
@@ -95,7 +103,7 @@ def curves_figure(reports: Sequence[dict[str, Any]], *, title: str = ""):
     return figure
 
 
-def draw_steps(axes, reports: Sequence[dict[str, Any]], methods: dict[str, list[dict[str, Any]]]) -> None:
+def draw_steps(axes: Axes, reports: Sequence[dict[str, Any]], methods: MethodRuns) -> None:
     """Each method's held program as a step line with its band, one run's phases shaded."""
     labelled: set[str] = set()
     for kind, start, end in phase_spans(reports):
@@ -108,21 +116,22 @@ def draw_steps(axes, reports: Sequence[dict[str, Any]], methods: dict[str, list[
         axes.fill_between(grid, low, high, step="post", alpha=0.2)
 
 
-def draw_checkpoints(axes, methods: dict[str, list[dict[str, Any]]]) -> None:
+def draw_checkpoints(axes: Axes, methods: MethodRuns) -> None:
     """Each method's checkpoints joined by a line, its band as error bars, nudged sideways so that
     methods evaluated at the same rollouts stay apart."""
     span = max(max(p["rollouts"] for r in runs for p in r["curve"]) for runs in methods.values()) or 1
     for index, (method, runs) in enumerate(methods.items()):
         grid, mean, low, high = method_curve(runs)
         nudge = (index - (len(methods) - 1) / 2) * span * 0.006
-        bars = np.vstack([mean - low, high - mean])
+        # clipped: the mean of equal seeds can round past their maximum, and matplotlib refuses that
+        bars = np.clip(np.vstack([mean - low, high - mean]), 0.0, None)
         axes.errorbar(
             grid + nudge, mean, yerr=bars, marker="o", markersize=4, capsize=2,
             linewidth=1.2, elinewidth=0.8, label=f"{method} (n={len(runs)})",
         )  # fmt: skip
 
 
-def draw_gains(axes, gains: Sequence[tuple[str, Any]]) -> None:
+def draw_gains(axes: Axes, gains: Sequence[tuple[str, PairedGain]]) -> None:
     """The paired gains as a forest: each pair's gain and 95% CI, filled when the CI excludes zero."""
     rows = np.arange(len(gains))[::-1]
     for row, (_, gain) in zip(rows, gains, strict=True):

@@ -14,7 +14,7 @@ from typing import Any
 
 from whale_dspy.errors import ConfigError
 from whale_dspy.reporting.tables import paired_row
-from whale_dspy.stats import PairedGain, paired_gain
+from whale_dspy.stats import CI_LEVEL, PairedGain, paired_gain
 
 READ_REPORT = "report.json"
 """What `whale eval` writes into its --out folder when a read finishes."""
@@ -38,7 +38,7 @@ class Read:
         return (self.report.get("serving") or {}).get("dtype") or UNKNOWN_DTYPE
 
 
-def read_pairs(reads: Sequence[Read], *, level: float = 0.95) -> list[tuple[Read, Read, PairedGain]]:
+def read_pairs(reads: Sequence[Read], *, level: float = CI_LEVEL) -> list[tuple[Read, Read, PairedGain]]:
     """Every later read against every earlier one, in the order given (so the start goes first)."""
     if len(reads) < 2:
         raise ConfigError("a paired comparison needs at least two reads")
@@ -48,7 +48,7 @@ def read_pairs(reads: Sequence[Read], *, level: float = 0.95) -> list[tuple[Read
     return [(a, b, paired_gain(a.per_task, b.per_task, level=level)) for a, b in combinations(reads, 2)]
 
 
-def reads_table(reads: Sequence[Read], *, level: float = 0.95) -> str:
+def reads_table(reads: Sequence[Read], *, level: float = CI_LEVEL) -> str:
     """Markdown: each read's mean@k with its CI, then every pair's paired gain and verdict, with
     the pairs' intervals at `level` (each read's own stays the 95% its report holds)."""
     rows = [
@@ -65,8 +65,12 @@ def reads_table(reads: Sequence[Read], *, level: float = 0.95) -> str:
     pairs = read_pairs(reads, level=level)
     rows += [paired_row(f"{after.label} − {before.label}", gain) for before, after, gain in pairs]
     notes = ["Paired by task on the tasks both reads scored; percentile bootstrap CI over tasks."]
-    if level != 0.95:
-        notes.append(f"Pairs' intervals at {level * 100:.4g}%: 1 - 0.05/m holds m comparisons together.")
+    if level != CI_LEVEL:
+        family = (1 - CI_LEVEL) / (1 - level)
+        notes.append(
+            f"Pairs' intervals at {level * 100:.4g}%: each of {family:.3g} comparisons at this level keeps "
+            f"them all right together {CI_LEVEL:.0%} of the time (Bonferroni)."
+        )
     if len({read.dtype for read in reads} - {UNKNOWN_DTYPE}) > 1:
         # Rollout ids fix the random numbers, not the logits: bf16 and float32 draw other samples.
         notes.append(
