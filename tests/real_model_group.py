@@ -7,10 +7,12 @@ computing on one core while the other core idled once the fast tests were done. 
 one test at a time beside the other's, and each worker's servers compute on a core of their own
 (`server_cores`): vLLM's automatic binding would put every server's threads on the same core.
 
-The two groups land on different workers because loadgroup hands out its largest scopes first,
-one per worker, and a worker takes more only when 2 or fewer of its tests are left: so both groups
-must stay the largest scopes, each of more than 2 tests (tests/test_real_model_group.py checks the
-placement on a small suite). A real-model test marked `no_server` (it trains or loads the model
+Loadgroup hands out its largest scopes first, one per worker, and a worker takes more only when 2
+or fewer of its tests are left; the sandbox's adversarial module is a larger group than either
+server group, so left alone the second server group waited for whichever worker drained first,
+and could end up after the first on the same worker. `ServerGroupsFirst` hands the server groups
+out first instead, one to each worker (tests/test_real_model_group.py checks it on a small suite
+with a larger group). A real-model test marked `no_server` (it trains or loads the model
 in-process) runs beside them, grouped with the other `no_server` tests of its module so that a
 module fixture (a trained parent adapter) is built once.
 """
@@ -21,16 +23,19 @@ import os
 from collections.abc import Sequence
 
 import pytest
+from xdist.scheduler import LoadGroupScheduling
 
 from whale_dspy.backends.vllm_server import split_cores
 
 MERGED_GROUP, RUNTIME_GROUP = "real-model:merged", "real-model:runtime"
+SERVER_GROUPS = (MERGED_GROUP, RUNTIME_GROUP)
 SERVER_FIXTURES = frozenset({"embedded_server", "merged_server", "runtime_reference_server"})
 
 
 def server_group(item: pytest.Item) -> str:
-    """The merged server's group for a test that uses it (a runtime server beside it is started for
-    that test alone), the runtime group for every other test with a server."""
+    """The merged server's group for a test that uses it, the runtime group for every other test with
+    a server. A merged-server test that needs runtime LoRA too asks for `runtime_reference_server`,
+    started for it alone: the session's `embedded_server` would stay up on the merged worker."""
     uses_merged = isinstance(item, pytest.Function) and "merged_server" in item.fixturenames
     return MERGED_GROUP if uses_merged else RUNTIME_GROUP
 
@@ -62,3 +67,24 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if servers:
             raise pytest.UsageError(f"{item.nodeid} is marked no_server but uses {sorted(servers)}")
         item.add_marker(pytest.mark.xdist_group(f"no-server:{item.path.name}"))
+
+
+class ServerGroupsFirst(LoadGroupScheduling):
+    """Loadgroup scheduling whose first work units are the server groups, one to each worker."""
+
+    def __init__(self, config: pytest.Config, log=None) -> None:
+        super().__init__(config, log)
+        self.servers_placed = False
+
+    def _assign_work_unit(self, node) -> None:
+        if not self.servers_placed:  # the initial assignment: the work queue is complete by now
+            for group in reversed(SERVER_GROUPS):
+                if group in self.workqueue:
+                    self.workqueue.move_to_end(group, last=False)
+            self.servers_placed = True
+        super()._assign_work_unit(node)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log) -> LoadGroupScheduling | None:
+    return ServerGroupsFirst(config, log) if config.getvalue("dist") == "loadgroup" else None

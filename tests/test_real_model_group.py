@@ -39,7 +39,8 @@ def child_pytest(folder: Path, *args: str) -> subprocess.CompletedProcess:
 
 SERVERS = (
     "import pytest\n\n@pytest.fixture\ndef merged_server():\n    return 'merged'\n\n"
-    "@pytest.fixture\ndef embedded_server():\n    return 'runtime'\n"
+    "@pytest.fixture\ndef embedded_server():\n    return 'runtime'\n\n"
+    "@pytest.fixture\ndef runtime_reference_server():\n    return 'runtime, for one test'\n"
 )
 
 
@@ -47,7 +48,7 @@ def test_server_tests_keep_to_a_worker_per_server_and_no_server_ones_to_their_mo
     (tmp_path / "pytest.ini").write_text(MARKERS)
     (tmp_path / "recorder.py").write_text(WORKER_LOG)
     (tmp_path / "conftest.py").write_text(SERVERS)
-    servers = {0: "merged_server", 1: "embedded_server", 2: "merged_server, embedded_server"}
+    servers = {0: "merged_server", 1: "embedded_server", 2: "merged_server, runtime_reference_server"}
     for module in range(3):
         lines = ["import pytest", "from recorder import record", ""]
         for n in range(4):  # real ones first: ungrouped, the two workers would each start with one
@@ -63,12 +64,17 @@ def test_server_tests_keep_to_a_worker_per_server_and_no_server_ones_to_their_mo
                 f"def test_{n}(request):\n    record('free-{module}-{n}', request)\n"
             )
         (tmp_path / f"test_m{module}.py").write_text("\n".join(lines))
+    # first, larger than either server group, and slow: left to loadgroup, it would hold one worker
+    # while the other, its merged tests done, took the runtime group too
+    big = [f"def test_{n}():\n    time.sleep(0.5)\n" for n in range(8)]
+    mark = 'import time\n\nimport pytest\n\npytestmark = pytest.mark.xdist_group("big")\n\n'
+    (tmp_path / "test_a_big.py").write_text(mark + "\n".join(big))
     result = child_pytest(tmp_path, "-n", "2", "--dist=loadgroup")
     assert result.returncode == 0, result.stdout + result.stderr
     runs = {path.name: path.read_text().split(" ", 1) for path in tmp_path.glob("*-*-*") if path.is_file()}
     workers = {name: worker for name, (worker, _) in runs.items()}
     groups = {name: group for name, (_, group) in runs.items()}
-    assert len(workers) == 18
+    assert len(workers) == 18  # the recorded ones, the big group's aside
     merged = {f"real-{m}-{n}" for m in range(3) for n in range(2) if "merged" in servers[(m + n) % 3]}
     runtime = {name for name in workers if name.startswith("real")} - merged
     assert len(merged) == 4 and len(runtime) == 2  # a test with both servers goes with the merged one
