@@ -21,11 +21,16 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import pytest
 from xdist.scheduler import LoadGroupScheduling
 
 from whale_dspy.backends.vllm_server import split_cores
+
+if TYPE_CHECKING:
+    from xdist.remote import Producer
+    from xdist.workermanage import WorkerController
 
 MERGED_GROUP, RUNTIME_GROUP = "real-model:merged", "real-model:runtime"
 SERVER_GROUPS = (MERGED_GROUP, RUNTIME_GROUP)
@@ -70,13 +75,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 class ServerGroupsFirst(LoadGroupScheduling):
-    """Loadgroup scheduling whose first work units are the server groups, one to each worker."""
+    """Loadgroup scheduling whose first work units are the server groups, one to each worker (both on
+    the one worker when there is one)."""
 
-    def __init__(self, config: pytest.Config, log=None) -> None:
+    def __init__(self, config: pytest.Config, log: Producer | None = None) -> None:
         super().__init__(config, log)
         self.servers_placed = False
 
-    def _assign_work_unit(self, node) -> None:
+    def _assign_work_unit(self, node: WorkerController) -> None:
         if not self.servers_placed:  # the initial assignment: the work queue is complete by now
             for group in reversed(SERVER_GROUPS):
                 if group in self.workqueue:
@@ -85,6 +91,6 @@ class ServerGroupsFirst(LoadGroupScheduling):
         super()._assign_work_unit(node)
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_xdist_make_scheduler(config: pytest.Config, log) -> LoadGroupScheduling | None:
+@pytest.hookimpl(tryfirst=True, optionalhook=True)  # optional: `-p no:xdist` leaves the hook unknown
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> LoadGroupScheduling | None:
     return ServerGroupsFirst(config, log) if config.getvalue("dist") == "loadgroup" else None
