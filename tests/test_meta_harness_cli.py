@@ -71,12 +71,38 @@ def test_a_search_from_a_weight_checkpoint_runs_every_rollout_through_that_adapt
     assert search.search(search.prepare(args), backend, args, Console(file=io.StringIO())) == 0
     [name] = backend.loaded
     assert name.startswith("search-policy-s0007-") and backend.loaded[name].path == str(folder.resolve())
-    traces = [tmp_path / "run" / "test_h0.jsonl", *(tmp_path / "run" / "archive").glob("c*/traces.jsonl")]
+    run = tmp_path / "run"
+    traces = [run / "test" / "h0" / "traces.jsonl", *(run / "archive").glob("c*/traces.jsonl")]
     rollouts = [json.loads(line) for path in traces for line in path.read_text().splitlines()]
     assert len(rollouts) >= 4 and {r["adapter"] for r in rollouts} == {name}  # search and test alike
     assert {call["model"] for r in rollouts for call in r["lm_calls"]} == {name}
     report = json.loads((tmp_path / "run" / "search_report.json").read_text())
     assert report["adapter"] == str(folder.resolve())
+
+
+def test_the_held_out_reads_of_two_searches_pair_task_by_task(tmp_path):
+    """A search from a checkpoint against one from the base weights (the paper's finding 2):
+    each search's held-out read is a `whale paired` read of the same tasks."""
+    from whale_cli.paired import load_reads
+    from whale_dspy.reporting.reads import read_pairs
+
+    checkpoint = tmp_path / "policy-s0001"
+    checkpoint.mkdir()
+    argv = ("--domain", "math", "--tasks", "2", "--test-tasks", "4", "--iterations", "1", "--eval-k", "1")
+    for name, weights in (("base", ()), ("tuned", ("--adapter", str(checkpoint)))):
+        args = parse(*argv, "--candidates", "1", "--no-sandbox", "--run-dir", str(tmp_path / name), *weights)
+        setup = search.prepare(args)
+        first = setup["testset"][0]  # the tuned weights solve one held-out task, the base none
+        script = {first.question: {"answer": first.answer}} if weights else {}
+        backend = FakeBackend(ScriptedLM({**script, "": {"answer": "-1"}}))
+        assert search.search(setup, backend, args, Console(file=io.StringIO())) == 0
+    reads = load_reads([tmp_path / name / "test" / "h0" for name in ("base", "tuned")], None)
+    assert [read.report["adapter"] for read in reads] == [None, str(checkpoint.resolve())]
+    assert [read.report["harness"] for read in reads] == ["math_h0", "math_h0"]
+    assert len(reads[0].per_task) == 4 and reads[0].per_task.keys() == reads[1].per_task.keys()
+    [(_, _, gain)] = read_pairs(reads)
+    means = [sum(s for scores in read.per_task.values() for s in scores) / 4 for read in reads]
+    assert gain.tasks == 4 and gain.gain == pytest.approx(means[1] - means[0]) and gain.gain == 0.25
 
 
 def test_two_loads_of_one_adapter_folder_get_two_names_on_a_shared_server(tmp_path):

@@ -19,14 +19,13 @@ from rich.console import Console
 from domains import DOMAIN_HELP
 from whale_cli.arguments import add_dtype_argument, add_model_argument, add_thinking_argument
 from whale_cli.presets import PRESET_HELP, PRESETS, get_preset
-from whale_cli.read_folder import TRACES_FILE, continued_rollouts, read_settings, record_settings
+from whale_cli.read_folder import TRACES_FILE, continued_rollouts, read_settings, record_settings, write_read
 from whale_cli.run_settings import RunSettings
 from whale_dspy.backends.vllm_server import DEFAULT_MODEL
 from whale_dspy.errors import ConfigError
 from whale_dspy.evaluation import EvalReport
 from whale_dspy.harness import HarnessProgram, HarnessSource
 from whale_dspy.protocols import SPLITS
-from whale_dspy.provenance import environment
 from whale_dspy.records import Rollout
 from whale_dspy.reporting.reads import READ_REPORT
 
@@ -253,16 +252,13 @@ def _write_and_print(
     """report.json and the table; `served` is the model the server said it serves."""
     from rich.table import Table
 
-    from whale_dspy.jsonl import atomic_write_json
-
-    meta = {"domain": args.domain, "harness": harness.name, "split": args.split, "model": served}
-    meta["adapter"] = settings["adapter"]
-    meta["run"] = str(args.run) if args.run else None
-    meta["contained"] = not harness.trusted  # unvouched code ran in the sandbox
-    meta["serving"] = serving
-    meta["environment"] = environment()
-    atomic_write_json(out / READ_REPORT, {**meta, "output_format": args.output_format, **report.to_dict()})
-    where = "sandboxed" if meta["contained"] else "in process"
+    contained = not harness.trusted  # unvouched code ran in the sandbox
+    write_read(
+        out, report, domain=args.domain, harness=harness.name, split=args.split, model=served,
+        adapter=settings["adapter"], run=str(args.run) if args.run else None, contained=contained,
+        serving=serving, output_format=args.output_format,
+    )  # fmt: skip
+    where = "sandboxed" if contained else "in process"
     table = Table(
         title=f"{args.domain} / {harness.name} / {args.split} ({args.output_format} output, {where})"
     )

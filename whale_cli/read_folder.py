@@ -15,8 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from whale_dspy.errors import ConfigError
+from whale_dspy.evaluation import EvalReport
 from whale_dspy.harness import HarnessSource
-from whale_dspy.jsonl import read_jsonl, repair_jsonl
+from whale_dspy.jsonl import atomic_write_json, read_jsonl, repair_jsonl
+from whale_dspy.provenance import environment
 from whale_dspy.records import Rollout
 from whale_dspy.reporting.reads import READ_REPORT
 from whale_dspy.rundir import CONFIG_FILE, RunDir, as_recorded, config_differences
@@ -82,3 +84,13 @@ def continued_rollouts(out: Path, settings: dict[str, Any]) -> list[Rollout]:
 def record_settings(out: Path, settings: dict[str, Any], served_model: str, served_dtype: str | None) -> None:
     """Keep the settings with the served model and dtype; a resumed read served otherwise is refused."""
     RunDir.open(out, {**settings, SERVED_MODEL: served_model, SERVED_DTYPE: served_dtype})
+
+
+def write_read(out: Path, report: EvalReport, **meta: Any) -> Path:
+    """A finished read's report (what `whale paired` pairs): `meta` says what was read (domain,
+    harness, split, served model, adapter, serving, contained), then the machine and the scores.
+    `whale eval` and `whale search`'s held-out tests write the same record, so either pairs with
+    the other."""
+    path = out / READ_REPORT
+    atomic_write_json(path, {**meta, "environment": environment(), **report.to_dict()})
+    return path

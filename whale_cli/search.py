@@ -4,7 +4,7 @@ Everything that can be wrong with the arguments (domain, proposer, harness,
 config) is checked before the server starts (an embedded one, or --server-url
 reuses a running `whale serve`). The archive lands in
 RUN_DIR/archive; RUN_DIR/search_report.json holds the search report and the
-test scores of h0 and of the best harness.
+test scores of h0 and of the best harness, whose per-task reads are in RUN_DIR/test.
 
 Candidate code runs contained: every evaluation (the search's and the held-out
 test's) goes through a SandboxedEvaluator, one confined child process per
@@ -27,6 +27,7 @@ from rich.table import Table
 from domains import DOMAIN_HELP
 from whale_cli.arguments import add_agent_arguments, add_model_argument, add_thinking_argument, proposer_help
 from whale_cli.eval import add_harness_arguments, load_adapter_folder
+from whale_cli.read_folder import TRACES_FILE, write_read
 from whale_cli.run_settings import agent_jail
 from whale_cli.wiring import DATA_SEED, proposer_lm
 from whale_dspy.backends import RemoteServer
@@ -37,6 +38,11 @@ from whale_dspy.protocols import CandidateEvaluator, InferenceBackend
 from whale_dspy.provenance import environment
 from whale_dspy.reporting.tables import tokens_cell
 from whale_dspy.stats import PairedGain, paired_gain
+
+TEST_READS = "test"
+"""RUN_DIR/test/h0 and RUN_DIR/test/best: the held-out reads, each a `whale eval`-style folder
+(traces.jsonl, report.json) that `whale paired` pairs with other searches' and reads' (a search from
+a weight checkpoint against one from the base weights, say)."""
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -125,7 +131,7 @@ def search_evaluator(args: argparse.Namespace, config: Any) -> CandidateEvaluato
     """The search's evaluator: the sandbox by default, in process with --no-sandbox."""
     from optimizers.meta_harness import sandboxed_evaluator
 
-    if getattr(args, "sandbox", True):
+    if args.sandbox:
         return sandboxed_evaluator(config)
     return InProcessEvaluator(threads=args.threads, run_unvouched_in_process=True)
 
@@ -214,6 +220,7 @@ def search(
 
     domain, run_dir = setup["domain"], setup["run_dir"]
     adapter = load_adapter_folder(backend, args.adapter, args.model, "search")
+    adapter_folder = str(Path(args.adapter).resolve()) if args.adapter else None
     # the search's sampling, test included
     lm = backend.lm(adapter=adapter, temperature=setup["config"].temperature)
     student = HarnessProgram(setup["source"], domain.signature, domain.tools, lm=lm, adapter_name=adapter)
@@ -233,9 +240,15 @@ def search(
     reports = {}
     evaluator = held_out_evaluator(optimizer.evaluator, len(setup["testset"]) * args.eval_k)
     for label, program in programs.items():  # the best harness is candidate code: contained as well
+        read = run_dir / TEST_READS / label.split()[0]
         reports[label], _ = evaluator.evaluate(
             program, setup["testset"], metric=domain.metric, lm=program.bound_lm, k=args.eval_k,
-            namespace="search-test", trace_path=run_dir / f"test_{label.split()[0]}.jsonl",
+            namespace="search-test", trace_path=read / TRACES_FILE,
+        )  # fmt: skip
+        write_read(
+            read, reports[label], domain=args.domain, harness=program.source.name, split="test",
+            model=backend.served_model(), adapter=adapter_folder, contained=args.sandbox,
+            serving=backend.serving(),
         )  # fmt: skip
     results = {
         label: {key: value for key, value in report.to_dict().items() if key != "per_task"}
@@ -243,7 +256,7 @@ def search(
     }
     console.print(test_table(results, args.eval_k))
     record = {"search": asdict(best.report), "test": results, "served_model": backend.served_model()}
-    record["adapter"] = str(Path(args.adapter).resolve()) if args.adapter else None
+    record["adapter"] = adapter_folder
     record["serving"] = backend.serving()
     record["environment"] = environment()
     if best_label in reports:  # a best unlike h0, on the same tasks and sample ids: pair them
