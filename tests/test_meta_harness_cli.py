@@ -84,7 +84,7 @@ def test_the_held_out_reads_of_two_searches_pair_task_by_task(tmp_path):
     """A search from a checkpoint against one from the base weights (the paper's finding 2):
     each search's held-out read is a `whale paired` read of the same tasks."""
     from whale_cli.paired import load_reads
-    from whale_dspy.reporting.reads import read_pairs
+    from whale_dspy.reporting.reads import read_pairs, reads_table
 
     checkpoint = tmp_path / "policy-s0001"
     checkpoint.mkdir()
@@ -96,13 +96,18 @@ def test_the_held_out_reads_of_two_searches_pair_task_by_task(tmp_path):
         script = {first.question: {"answer": first.answer}} if weights else {}
         backend = FakeBackend(ScriptedLM({**script, "": {"answer": "-1"}}))
         assert search.search(setup, backend, args, Console(file=io.StringIO())) == 0
-    reads = load_reads([tmp_path / name / "test" / "h0" for name in ("base", "tuned")], None)
+    folders = [tmp_path / name / "test" / "h0" for name in ("base", "tuned")]
+    with pytest.raises(ConfigError, match="named alike"):
+        load_reads(folders, None)
+    reads = load_reads(folders, "base,tuned")
     assert [read.report["adapter"] for read in reads] == [None, str(checkpoint.resolve())]
-    assert [read.report["harness"] for read in reads] == ["math_h0", "math_h0"]
-    assert len(reads[0].per_task) == 4 and reads[0].per_task.keys() == reads[1].per_task.keys()
+    assert {(r.report["harness"], r.report["split"], r.report["contained"]) for r in reads} == {
+        ("math_h0", "test", False)
+    }
+    ids = [{json.loads(line)["rollout_id"] for line in (f / "traces.jsonl").open()} for f in folders]
+    assert len(ids[0]) == 4 and ids[0] == ids[1]  # the same tasks under the same rollout ids
     [(_, _, gain)] = read_pairs(reads)
-    means = [sum(s for scores in read.per_task.values() for s in scores) / 4 for read in reads]
-    assert gain.tasks == 4 and gain.gain == pytest.approx(means[1] - means[0]) and gain.gain == 0.25
+    assert gain.tasks == 4 and gain.gain == 0.25 and "tuned − base | +0.250" in reads_table(reads)
 
 
 def test_two_loads_of_one_adapter_folder_get_two_names_on_a_shared_server(tmp_path):

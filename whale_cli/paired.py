@@ -1,5 +1,8 @@
 """`whale paired READ_DIR...`: pair `whale eval` reads of several programs task by task.
 
+A `whale search`'s held-out reads (RUN_DIR/test/h0, RUN_DIR/test/best) are read folders too: two
+searches' reads pair on the same rollout ids (give --labels, as both folders are named h0).
+
 Give the reads in the order to subtract: every later read is compared with every earlier one, so
 the start goes first. Reads of one split with the same --limit and --seed score the same tasks
 with the same rollout ids, which is what makes the pairing tight.
@@ -21,7 +24,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "paired", help="paired gains with CIs between `whale eval` reads of the same tasks"
     )
-    parser.add_argument("reads", nargs="+", type=Path, metavar="READ_DIR", help="`whale eval --out` folders")
+    parser.add_argument(
+        "reads",
+        nargs="+",
+        type=Path,
+        metavar="READ_DIR",
+        help="`whale eval --out` folders, or a search's RUN_DIR/test/h0 and test/best",
+    )
     parser.add_argument(
         "--labels", default=None, help="comma-separated names for the reads (default: their folder names)"
     )
@@ -39,12 +48,15 @@ def load_reads(folders: list[Path], labels: str | None) -> list[Read]:
     names = [label.strip() for label in labels.split(",")] if labels else [f.name for f in folders]
     if len(names) != len(folders):
         raise ConfigError(f"--labels names {len(names)} reads, but {len(folders)} were given")
+    if len(set(names)) < len(names):
+        raise ConfigError(f"two reads are named alike ({', '.join(names)}): name them with --labels")
     reads = []
     for name, folder in zip(names, folders, strict=True):
         path = folder / READ_REPORT
         if not path.exists():
             raise ConfigError(
-                f"{folder} holds no finished read ({READ_REPORT}); finish it with the same `whale eval --out`"
+                f"{folder} holds no finished read ({READ_REPORT}); finish it with the same "
+                "`whale eval --out` (a search writes its test reads when it ends)"
             )
         report = json.loads(path.read_text())
         if "per_task" not in report:

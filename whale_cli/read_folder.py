@@ -86,11 +86,25 @@ def record_settings(out: Path, settings: dict[str, Any], served_model: str, serv
     RunDir.open(out, {**settings, SERVED_MODEL: served_model, SERVED_DTYPE: served_dtype})
 
 
-def write_read(out: Path, report: EvalReport, **meta: Any) -> Path:
-    """A finished read's report (what `whale paired` pairs): `meta` says what was read (domain,
-    harness, split, served model, adapter, serving, contained), then the machine and the scores.
-    `whale eval` and `whale search`'s held-out tests write the same record, so either pairs with
-    the other."""
-    path = out / READ_REPORT
-    atomic_write_json(path, {**meta, "environment": environment(), **report.to_dict()})
-    return path
+def write_read(
+    out: Path,
+    report: EvalReport,
+    *,
+    domain: str,
+    harness: str,
+    split: str,
+    model: str,
+    adapter: str | None,
+    contained: bool,
+    serving: dict[str, Any],
+    run: str | None = None,
+    output_format: str = "chat",
+) -> None:
+    """A finished read's report (what `whale paired` pairs): what was read (the served model, the
+    adapter folder, whether the harness ran sandboxed), the machine, then the scores. `whale eval`
+    and `whale search`'s held-out tests write the same record. Two searches' reads of one
+    --test-tasks and --eval-k share tasks and rollout ids, so they pair tightly; a search's read
+    pairs with a `whale eval` read of the same tasks by task only (other rollout ids)."""
+    meta = {"domain": domain, "harness": harness, "split": split, "model": model, "adapter": adapter}
+    meta |= {"run": run, "contained": contained, "serving": serving, "output_format": output_format}
+    atomic_write_json(out / READ_REPORT, {**meta, "environment": environment(), **report.to_dict()})

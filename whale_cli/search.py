@@ -39,6 +39,7 @@ from whale_dspy.provenance import environment
 from whale_dspy.reporting.tables import tokens_cell
 from whale_dspy.stats import PairedGain, paired_gain
 
+TEST_SPLIT = "test"
 TEST_READS = "test"
 """RUN_DIR/test/h0 and RUN_DIR/test/best: the held-out reads, each a `whale eval`-style folder
 (traces.jsonl, report.json) that `whale paired` pairs with other searches' and reads' (a search from
@@ -122,7 +123,7 @@ def prepare(args: argparse.Namespace) -> dict[str, Any]:
             ),
         ),
         "searchset": domain.load("search", args.tasks, DATA_SEED),
-        "testset": domain.load("test", args.test_tasks, DATA_SEED),
+        "testset": domain.load(TEST_SPLIT, args.test_tasks, DATA_SEED),
         "run_dir": args.run_dir or Path("runs") / f"search-{args.domain}-{time.strftime('%Y%m%d-%H%M%S')}",
     }
 
@@ -233,20 +234,20 @@ def search(
     )
     best = optimizer.compile(student, trainset=setup["searchset"])
     console.print(iteration_table(best.report))
-    programs = {"h0": student}
     best_label = f"best ({best.source.name})"
+    programs = {"h0": ("h0", student)}  # label: (read folder, program)
     if best.source.digest != student.source.digest:
-        programs[best_label] = best
+        programs[best_label] = ("best", best)
     reports = {}
     evaluator = held_out_evaluator(optimizer.evaluator, len(setup["testset"]) * args.eval_k)
-    for label, program in programs.items():  # the best harness is candidate code: contained as well
-        read = run_dir / TEST_READS / label.split()[0]
+    for label, (folder, program) in programs.items():  # the best is candidate code: contained as well
+        read = run_dir / TEST_READS / folder
         reports[label], _ = evaluator.evaluate(
             program, setup["testset"], metric=domain.metric, lm=program.bound_lm, k=args.eval_k,
             namespace="search-test", trace_path=read / TRACES_FILE,
         )  # fmt: skip
         write_read(
-            read, reports[label], domain=args.domain, harness=program.source.name, split="test",
+            read, reports[label], domain=args.domain, harness=program.source.name, split=TEST_SPLIT,
             model=backend.served_model(), adapter=adapter_folder, contained=args.sandbox,
             serving=backend.serving(),
         )  # fmt: skip
