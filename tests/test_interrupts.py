@@ -4,8 +4,10 @@ rollouts in flight, and a second signal kills the process groups we started and 
 from __future__ import annotations
 
 import signal
+import subprocess
 import sys
 import threading
+import time
 import weakref
 
 import dspy
@@ -67,6 +69,35 @@ def test_an_interrupted_evaluation_does_not_wait_for_its_rollouts_in_flight() ->
         assert not finished.is_set()  # it returned while the slow rollout still ran
     finally:
         released.set()
+
+
+INTERRUPTED_COMMAND = """
+import argparse, sys, threading
+from concurrent.futures import ThreadPoolExecutor
+from whale_cli import main as cli
+
+def run(args):
+    pool = ThreadPoolExecutor(max_workers=1)
+    started = threading.Event()
+    pool.submit(lambda: (started.set(), threading.Event().wait(120)))  # a request a server never answers
+    started.wait()
+    pool.shutdown(wait=False, cancel_futures=True)  # what an interrupted evaluation does
+    raise KeyboardInterrupt  # what the first signal does
+
+class Parser:
+    def parse_args(self, argv):
+        return argparse.Namespace(func=run, verbose=False)
+
+cli.build_parser = Parser
+sys.exit(cli.main([]))
+"""
+
+
+def test_an_interrupted_command_exits_without_joining_its_rollouts_in_flight() -> None:
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", INTERRUPTED_COMMAND], timeout=90, capture_output=True)
+    assert done.returncode == 130, done.stderr.decode()[-2000:]
+    assert time.monotonic() - started < 60  # the thread would hold a normal exit for 120 s
 
 
 @pytest.fixture(autouse=True)
