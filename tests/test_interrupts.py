@@ -3,6 +3,7 @@ rollouts in flight, and a second signal kills the process groups we started and 
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -77,6 +78,7 @@ from concurrent.futures import ThreadPoolExecutor
 from whale_cli import main as cli
 
 def run(args):
+    print("said before the stop")  # buffered: stdout is a pipe
     pool = ThreadPoolExecutor(max_workers=1)
     started = threading.Event()
     pool.submit(lambda: (started.set(), threading.Event().wait(120)))  # a request a server never answers
@@ -95,8 +97,11 @@ sys.exit(cli.main([]))
 
 def test_an_interrupted_command_exits_without_joining_its_rollouts_in_flight() -> None:
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-c", INTERRUPTED_COMMAND], timeout=90, capture_output=True)
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONUNBUFFERED"}
+    command = [sys.executable, "-c", INTERRUPTED_COMMAND]
+    done = subprocess.run(command, timeout=90, capture_output=True, env=env)
     assert done.returncode == 130, done.stderr.decode()[-2000:]
+    assert done.stdout.decode() == "said before the stop\n"  # flushed, though exit skips the usual flush
     assert time.monotonic() - started < 60  # the thread would hold a normal exit for 120 s
 
 

@@ -8,6 +8,7 @@ terminal (tables, progress bars); library code only logs.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import logging
 import os
@@ -52,16 +53,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def exit_now(code: int = 130) -> NoReturn:
-    """SIGKILL the process groups started through ManagedProcess (vLLM servers) and exit without
+def exit_now(*, flush: bool = True) -> NoReturn:
+    """SIGKILL the process groups started through ManagedProcess (vLLM servers) and exit 130 without
     joining threads: an interrupted evaluation's rollouts in flight still wait on a server that
     outlives the command (--server-url), and the interpreter's normal exit joins every
-    concurrent.futures worker, which kept an interrupted `whale train` for minutes."""
-    kill_all_now()
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    concurrent.futures worker, which kept an interrupted `whale train` for minutes. atexit handlers
+    and finalizers are skipped too; `flush` saves the log and output first (not from a signal
+    handler, which may have interrupted a write), and nothing, not a closed pipe, stops the exit."""
+    try:
+        kill_all_now()
+        if flush:
+            logging.shutdown()
+            for stream in (sys.stdout, sys.stderr):
+                with contextlib.suppress(Exception):
+                    stream.flush()
+    finally:
+        os._exit(130)
 
 
 class StopOnSignals:
@@ -80,7 +87,7 @@ class StopOnSignals:
                 file=sys.stderr,
             )
             raise KeyboardInterrupt
-        exit_now()
+        exit_now(flush=False)
 
 
 def drop_truncation_warnings(record: logging.LogRecord) -> bool:
