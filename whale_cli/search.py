@@ -239,6 +239,7 @@ def search(
     if best.source.digest != student.source.digest:
         programs[best_label] = ("best", best)
     reports = {}
+    served, serving = backend.served_model(), backend.serving()  # what ran, for the reads and the record
     evaluator = held_out_evaluator(optimizer.evaluator, len(setup["testset"]) * args.eval_k)
     for label, (folder, program) in programs.items():  # the best is candidate code: contained as well
         read = run_dir / TEST_READS / folder
@@ -248,17 +249,16 @@ def search(
         )  # fmt: skip
         write_read(
             read, reports[label], domain=args.domain, harness=program.source.name, split=TEST_SPLIT,
-            model=backend.served_model(), adapter=adapter_folder, contained=args.sandbox,
-            serving=backend.serving(),
+            model=served, adapter=adapter_folder, contained=args.sandbox, serving=serving,
         )  # fmt: skip
     results = {
         label: {key: value for key, value in report.to_dict().items() if key != "per_task"}
         for label, report in reports.items()
     }
     console.print(test_table(results, args.eval_k))
-    record = {"search": asdict(best.report), "test": results, "served_model": backend.served_model()}
+    record = {"search": asdict(best.report), "test": results, "served_model": served}
     record["adapter"] = adapter_folder
-    record["serving"] = backend.serving()
+    record["serving"] = serving
     record["environment"] = environment()
     if best_label in reports:  # a best unlike h0, on the same tasks and sample ids: pair them
         gain = paired_gain(reports["h0"].per_task, reports[best_label].per_task)
