@@ -91,10 +91,10 @@ def open_storage(url: str | None, lease: Lease = Lease()) -> optuna.storages.Bas
             "or journal:///FILE (or omit it for an in-memory study)"
         )
     with _schema_lock(url):
-        return _connect_rdb(url, lease)
+        return _connect_rdb(url, lease, sqlite=scheme == "sqlite")
 
 
-def _connect_rdb(url: str, lease: Lease) -> optuna.storages.BaseStorage:
+def _connect_rdb(url: str, lease: Lease, *, sqlite: bool) -> optuna.storages.BaseStorage:
     import optuna
 
     shown = _without_password(url)
@@ -102,12 +102,16 @@ def _connect_rdb(url: str, lease: Lease) -> optuna.storages.BaseStorage:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                return optuna.storages.RDBStorage(
+                storage = optuna.storages.RDBStorage(
                     url,
+                    engine_kwargs=SQLITE_ENGINE_KWARGS if sqlite else None,
                     heartbeat_interval=lease.heartbeat_interval,
                     grace_period=lease.grace_period,
                     heartbeat_stale_trial_callback=lease.retry_callback(),
                 )
+            if sqlite:
+                _begin_immediate(storage.engine)
+            return storage
         except ImportError as error:  # SQLAlchemy imports the URL's driver (psycopg, MySQLdb) lazily
             missing = error.__cause__ or error  # Optuna re-raises the driver's ImportError as its own
             hint = DRIVER_HINTS.get(url.split(":", 1)[0], "install the database driver that the URL names")
@@ -124,6 +128,30 @@ def _connect_rdb(url: str, lease: Lease) -> optuna.storages.BaseStorage:
                 ) from error
             time.sleep(0.5 * (attempt + 1))
     raise AssertionError("unreachable: itertools.count never ends")
+
+
+SQLITE_BUSY_TIMEOUT_S = 60.0
+SQLITE_ENGINE_KWARGS = {"connect_args": {"timeout": SQLITE_BUSY_TIMEOUT_S}}
+"""How long a SQLite worker waits for another's write lock (pysqlite's default: 5 s)."""
+
+
+def _begin_immediate(engine: Any) -> None:
+    """Start every transaction on a SQLite file with BEGIN IMMEDIATE (SQLAlchemy's pysqlite recipe).
+
+    Optuna reads a trial's state and then updates it under SELECT ... FOR UPDATE, which SQLite
+    ignores, and pysqlite opens its transaction only at the write: two workers could both read a
+    queued trial as WAITING and both run it, and the slower one crashed with "Cannot tell a
+    COMPLETE trial". Taking the write lock when the transaction begins makes the second worker
+    read the first one's RUNNING. The pool is emptied so that no connection predates the hooks.
+    """
+    from sqlalchemy import event
+
+    def autocommit_driver(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None  # pysqlite emits no BEGIN of its own
+
+    event.listen(engine, "connect", autocommit_driver)
+    event.listen(engine, "begin", lambda connection: connection.exec_driver_sql("BEGIN IMMEDIATE"))
+    engine.dispose()
 
 
 def _without_password(url: str) -> str:

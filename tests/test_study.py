@@ -327,3 +327,40 @@ def test_workers_opening_a_new_sqlite_file_together_all_get_the_finished_schema(
     errors = [p.communicate(timeout=120)[1].decode() for p in openers]
     assert [p.returncode for p in openers] == [0] * 4, errors
     assert len(optuna.get_all_study_summaries(open_storage(url))) == 1
+
+
+def test_two_workers_cannot_both_start_one_queued_trial_on_sqlite(tmp_path):
+    """Optuna's WAITING -> RUNNING is a read, then a write; SQLite ignores FOR UPDATE, so the first
+    worker pauses between the two here while a second worker tries the same trial. Exactly one
+    may start it (two did under load, and the slower crashed on "Cannot tell a COMPLETE trial")."""
+    import threading
+
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    first, second = open_storage(url), open_storage(url)
+    study = optuna.create_study(study_name="s", storage=first)
+    study.enqueue_trial({"x": 1.0})
+    trial_id = study.get_trials()[0]._trial_id
+    read, resumed = threading.Event(), threading.Event()
+    check = first.check_trial_is_updatable  # called between the read and the write
+
+    def pause_after_the_read(*args):
+        check(*args)
+        read.set()
+        resumed.wait(timeout=30)
+
+    first.check_trial_is_updatable = pause_after_the_read
+    started: dict[str, bool] = {}
+
+    def start(name, storage):
+        started[name] = storage.set_trial_state_values(trial_id, TrialState.RUNNING)
+
+    workers = [threading.Thread(target=start, args=("first", first))]
+    workers[0].start()
+    assert read.wait(timeout=30)
+    workers.append(threading.Thread(target=start, args=("second", second)))
+    workers[1].start()
+    workers[1].join(timeout=2)  # without the write lock the second worker starts the trial now
+    resumed.set()
+    for worker in workers:
+        worker.join(timeout=60)
+    assert started == {"first": True, "second": False}
