@@ -36,6 +36,7 @@ from whale_dspy.errors import ConfigError
 if TYPE_CHECKING:
     import optuna
     from optuna.trial import FrozenTrial
+    from sqlalchemy.engine import Connection, Engine
 
 logger = logging.getLogger(__name__)
 
@@ -104,7 +105,7 @@ def _connect_rdb(url: str, lease: Lease, *, sqlite: bool) -> optuna.storages.Bas
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                 storage = optuna.storages.RDBStorage(
                     url,
-                    engine_kwargs=SQLITE_ENGINE_KWARGS if sqlite else None,
+                    engine_kwargs=_sqlite_engine_kwargs() if sqlite else None,
                     heartbeat_interval=lease.heartbeat_interval,
                     grace_period=lease.grace_period,
                     heartbeat_stale_trial_callback=lease.retry_callback(),
@@ -131,26 +132,37 @@ def _connect_rdb(url: str, lease: Lease, *, sqlite: bool) -> optuna.storages.Bas
 
 
 SQLITE_BUSY_TIMEOUT_S = 60.0
-SQLITE_ENGINE_KWARGS = {"connect_args": {"timeout": SQLITE_BUSY_TIMEOUT_S}}
 """How long a SQLite worker waits for another's write lock (pysqlite's default: 5 s)."""
 
 
-def _begin_immediate(engine: Any) -> None:
-    """Start every transaction on a SQLite file with BEGIN IMMEDIATE (SQLAlchemy's pysqlite recipe).
+def _sqlite_engine_kwargs() -> dict[str, Any]:
+    """A dict of its own per storage: RDBStorage keeps, and for MySQL edits, the one it is given."""
+    return {"connect_args": {"timeout": SQLITE_BUSY_TIMEOUT_S}}
+
+
+def _begin_immediate(engine: Engine) -> None:
+    """Start every transaction on a SQLite file with BEGIN IMMEDIATE (SQLAlchemy's pysqlite
+    recipe for transactions, with IMMEDIATE).
 
     Optuna reads a trial's state and then updates it under SELECT ... FOR UPDATE, which SQLite
     ignores, and pysqlite opens its transaction only at the write: two workers could both read a
     queued trial as WAITING and both run it, and the slower one crashed with "Cannot tell a
     COMPLETE trial". Taking the write lock when the transaction begins makes the second worker
     read the first one's RUNNING. The pool is emptied so that no connection predates the hooks.
+    Limits: a second connection opened while a session is open in the same thread now waits for
+    the busy timeout (Optuna does that only in its schema check, which runs before this), and an
+    unpickled RDBStorage rebuilds its engine without these hooks (nothing here pickles one).
     """
     from sqlalchemy import event
 
     def autocommit_driver(dbapi_connection: Any, _record: Any) -> None:
         dbapi_connection.isolation_level = None  # pysqlite emits no BEGIN of its own
 
+    def begin_with_write_lock(connection: Connection) -> None:
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
     event.listen(engine, "connect", autocommit_driver)
-    event.listen(engine, "begin", lambda connection: connection.exec_driver_sql("BEGIN IMMEDIATE"))
+    event.listen(engine, "begin", begin_with_write_lock)
     engine.dispose()
 
 

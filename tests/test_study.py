@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
 
 import optuna
@@ -333,8 +334,6 @@ def test_two_workers_cannot_both_start_one_queued_trial_on_sqlite(tmp_path):
     """Optuna's WAITING -> RUNNING is a read, then a write; SQLite ignores FOR UPDATE, so the first
     worker pauses between the two here while a second worker tries the same trial. Exactly one
     may start it (two did under load, and the slower crashed on "Cannot tell a COMPLETE trial")."""
-    import threading
-
     url = f"sqlite:///{tmp_path / 'study.db'}"
     first, second = open_storage(url), open_storage(url)
     study = optuna.create_study(study_name="s", storage=first)
