@@ -20,6 +20,7 @@ from whale_helpers import (
     optimizer,
     student,
     tasks,
+    toy_evaluator,
 )
 
 from optimizers.schedules import parse_schedule
@@ -187,6 +188,7 @@ class ScriptedBuild:
             eval_every=settings.every,
             eval_k=settings.eval_k,
             eval_threads=2,
+            evaluator=toy_evaluator(),
             weight_phase=FakeWeightPhase(trial_server, adapter_dir=run_dir / "adapters"),
             harness_phase=FakeHarnessPhase(),
             config={"cli": {"tag": tag}},

@@ -24,6 +24,7 @@ import dspy
 
 from optimizers.signals import HarnessIteration, WeightStep
 from optimizers.whale import WhaleOptimizer
+from whale_dspy.evaluation import InProcessEvaluator
 from whale_dspy.harness import HarnessProgram, HarnessSource
 from whale_dspy.records import AdapterRef
 from whale_dspy.testing.fake_backend import FakeBackend
@@ -196,6 +197,13 @@ def _source(archive_dir: Path, name: str) -> HarnessSource:
     return HarnessSource(name=name, code=(archive_dir / f"{name}.py").read_text())
 
 
+def toy_evaluator() -> InProcessEvaluator:
+    """The checkpoint evaluator for these tests' own toy harnesses: in process, since a sandbox start
+    (a second or two each, three per run) dominated the engine tests' time; containment has its own
+    tests (test_contained_everywhere.py runs a WhaleOptimizer on its default evaluators)."""
+    return InProcessEvaluator(threads=2, run_unvouched_in_process=True)
+
+
 def optimizer(
     run_dir: Path,
     server: FakeBackend,
@@ -206,7 +214,14 @@ def optimizer(
 ) -> WhaleOptimizer:
     from optimizers.schedules import Fixed
 
-    settings = {"schedule": Fixed(0.6, 3), "budget": 100, "eval_every": 20, "eval_k": 2, "eval_threads": 2}
+    settings = {
+        "schedule": Fixed(0.6, 3),
+        "budget": 100,
+        "eval_every": 20,
+        "eval_k": 2,
+        "eval_threads": 2,
+        "evaluator": toy_evaluator(),
+    }
     return WhaleOptimizer(
         backend=server,
         metric=exact_match,
@@ -264,6 +279,7 @@ def scripted_run(
             eval_every=settings.every,
             eval_k=settings.eval_k,
             eval_threads=2,
+            evaluator=toy_evaluator(),
             weight_phase=FakeWeightPhase(server, delay=delay),
             harness_phase=FakeHarnessPhase(delay=delay),
             method=settings.method,
