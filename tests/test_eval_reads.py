@@ -4,6 +4,7 @@ finished ones task by task."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -147,6 +148,28 @@ def test_paired_widens_the_pairs_intervals_for_a_family_of_comparisons(tmp_path,
     assert "| pair | gain | 98.75% CI |" in family and "| better − start | +0.150 | [-0.025," in family
     assert "within noise" in family and "at 98.75%: each of 4 comparisons" in family
     assert "out of range" in refused(["paired", str(start), str(better), "--level", "1"], capsys)
+
+
+def test_paired_pools_seeds_of_one_method_task_by_task(tmp_path, capsys):
+    """Two seeds joined by the path separator are one read: each task's scores over both seeds, so
+    the pair is the gain averaged over seeds, on the tasks both scored."""
+    start = write_read(tmp_path / "start", {f"t{i}": [0.0] for i in range(40)})
+    gains1 = {f"t{i}": [1.0 if i % 2 else 0.0] for i in range(40)}
+    gains2 = {f"t{i}": [1.0 if i % 4 == 1 else 0.0] for i in range(40)}
+    seed1 = write_read(tmp_path / "s1", gains1, adapter="/a1")
+    seed2 = write_read(tmp_path / "s2", gains2, adapter="/a2")
+    assert main(["paired", str(start), f"{seed1}{os.pathsep}{seed2}"]) == 0
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith("| s1+s2 − start |"))
+    assert "| +0.375 |" in row and "| 40 | beyond noise |" in row  # (0.5 + 0.25) / 2 over the 40 tasks
+    assert "| s1+s2 | h0 | adapter | bfloat16 | 40 | 2 | 0.375 [" in out
+    assert "Seeds pooled task by task: s1+s2 (2) reads" in out
+    assert main(["paired", str(start), str(seed1)]) == 0  # one seed alone: no pooling, no note
+    out = capsys.readouterr().out
+    assert "| s1 − start | +0.500 |" in out and "Seeds pooled" not in out
+    other = write_read(tmp_path / "other", {f"t{i}": [1.0] for i in range(1, 41)})
+    argv = ["paired", str(start), f"{seed1}{os.pathsep}{other}", "--labels", "h0,mixed"]
+    assert "pooled as mixed score different tasks" in refused(argv, capsys)
 
 
 def test_paired_refuses_what_cannot_be_paired(tmp_path, capsys):

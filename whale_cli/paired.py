@@ -5,18 +5,21 @@ searches' reads pair on the same rollout ids (give --labels, as both folders are
 
 Give the reads in the order to subtract: every later read is compared with every earlier one, so
 the start goes first. Reads of one split with the same --limit and --seed score the same tasks
-with the same rollout ids, which is what makes the pairing tight.
+with the same rollout ids, which is what makes the pairing tight. Seeds of one method join into one
+read with the path separator (`whale-s1:whale-s2`): their scores are pooled task by task, so its pairs
+are gains averaged over the seeds.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 
 from whale_dspy.errors import ConfigError
 from whale_dspy.jsonl import atomic_write_text
-from whale_dspy.reporting.reads import READ_REPORT, Read, reads_table
+from whale_dspy.reporting.reads import READ_REPORT, Read, pooled_read, reads_table
 from whale_dspy.stats import CI_LEVEL
 
 
@@ -29,7 +32,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         nargs="+",
         type=Path,
         metavar="READ_DIR",
-        help="`whale eval --out` folders, or a search's RUN_DIR/test/h0 and test/best",
+        help="`whale eval --out` folders, or a search's RUN_DIR/test/h0 and test/best; seeds of one "
+        f"method joined by {os.pathsep!r} are pooled task by task into one read",
     )
     parser.add_argument(
         "--labels", default=None, help="comma-separated names for the reads (default: their folder names)"
@@ -44,25 +48,33 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-def load_reads(folders: list[Path], labels: str | None) -> list[Read]:
-    names = [label.strip() for label in labels.split(",")] if labels else [f.name for f in folders]
-    if len(names) != len(folders):
-        raise ConfigError(f"--labels names {len(names)} reads, but {len(folders)} were given")
+def load_reads(arguments: list[Path], labels: str | None) -> list[Read]:
+    """One read per argument; an argument of several folders joined by the path separator pools them."""
+    groups = [[Path(part) for part in str(argument).split(os.pathsep)] for argument in arguments]
+    default = ["+".join(folder.name for folder in group) for group in groups]
+    names = [label.strip() for label in labels.split(",")] if labels else default
+    if len(names) != len(groups):
+        raise ConfigError(f"--labels names {len(names)} reads, but {len(groups)} were given")
     if len(set(names)) < len(names):
         raise ConfigError(f"two reads are named alike ({', '.join(names)}): name them with --labels")
-    reads = []
-    for name, folder in zip(names, folders, strict=True):
-        path = folder / READ_REPORT
-        if not path.exists():
-            raise ConfigError(
-                f"{folder} holds no finished read ({READ_REPORT}); finish it with the same "
-                "`whale eval --out` (a search writes its test reads when it ends)"
-            )
-        report = json.loads(path.read_text())
-        if "per_task" not in report:
-            raise ConfigError(f"{path} is not a `whale eval` read (it has no per-task scores)")
-        reads.append(Read(name, report))
-    return reads
+    return [
+        pooled_read(name, [Read(folder.name, load_report(folder)) for folder in group])
+        for name, group in zip(names, groups, strict=True)
+    ]
+
+
+def load_report(folder: Path) -> dict:
+    """A finished `whale eval` read's report."""
+    path = folder / READ_REPORT
+    if not path.exists():
+        raise ConfigError(
+            f"{folder} holds no finished read ({READ_REPORT}); finish it with the same "
+            "`whale eval --out` (a search writes its test reads when it ends)"
+        )
+    report = json.loads(path.read_text())
+    if "per_task" not in report:
+        raise ConfigError(f"{path} is not a `whale eval` read (it has no per-task scores)")
+    return report
 
 
 def run(args: argparse.Namespace) -> int:

@@ -12,9 +12,11 @@ from dataclasses import dataclass
 from itertools import combinations
 from typing import Any
 
+import numpy as np
+
 from whale_dspy.errors import ConfigError
-from whale_dspy.reporting.tables import paired_row
-from whale_dspy.stats import CI_LEVEL, PairedGain, paired_gain
+from whale_dspy.reporting.tables import paired_row, pooled_per_task
+from whale_dspy.stats import CI_LEVEL, PairedGain, bootstrap_ci, paired_gain
 
 READ_REPORT = "report.json"
 """What `whale eval` writes into its --out folder when a read finishes."""
@@ -27,6 +29,8 @@ class Read:
 
     label: str
     report: Mapping[str, Any]
+    pooled: int = 1
+    """How many reads (seeds of one method) this one pools task by task; see `pooled_read`."""
 
     @property
     def per_task(self) -> Mapping[str, Sequence[float]]:
@@ -38,13 +42,45 @@ class Read:
         return (self.report.get("serving") or {}).get("dtype") or UNKNOWN_DTYPE
 
 
+def pooled_read(label: str, reads: Sequence[Read]) -> Read:
+    """Several seeds of one method, read on the same tasks, as one read: each task's scores pooled
+    over the seeds, as `whale report` pools a method's seeds. A pair with it is the gain averaged
+    over those seeds; its CI is over tasks, so it does not cover a further seed's training."""
+    if len(reads) == 1:
+        return Read(label, reads[0].report)
+    if len({frozenset(read.per_task) for read in reads}) > 1:
+        raise ConfigError(f"the reads pooled as {label} score different tasks: pool reads of one task set")
+    _one_split(reads)
+    per_task = pooled_per_task([read.report for read in reads])
+    task_means = [float(np.mean(scores)) for scores in per_task.values()]
+    low, high = bootstrap_ci(task_means)
+    reports = [read.report for read in reads]
+    report = {
+        **reports[0],
+        "harness": " + ".join(dict.fromkeys(str(r.get("harness")) for r in reports)),
+        "adapter": next((r["adapter"] for r in reports if r.get("adapter")), None),
+        "serving": {"dtype": "+".join(sorted({read.dtype for read in reads}))},
+        "k": sum(r["k"] for r in reports),
+        "tasks": len(per_task),
+        "per_task": per_task,
+        "mean_at_k": float(np.mean(task_means)),
+        "ci_low": low,
+        "ci_high": high,
+    }
+    return Read(label, report, pooled=len(reads))
+
+
+def _one_split(reads: Sequence[Read]) -> None:
+    splits = {(read.report.get("domain"), read.report.get("split")) for read in reads}
+    if len(splits) > 1:
+        raise ConfigError(f"the reads score different domains or splits: {sorted(map(str, splits))}")
+
+
 def read_pairs(reads: Sequence[Read], *, level: float = CI_LEVEL) -> list[tuple[Read, Read, PairedGain]]:
     """Every later read against every earlier one, in the order given (so the start goes first)."""
     if len(reads) < 2:
         raise ConfigError("a paired comparison needs at least two reads")
-    splits = {(read.report.get("domain"), read.report.get("split")) for read in reads}
-    if len(splits) > 1:
-        raise ConfigError(f"the reads score different domains or splits: {sorted(map(str, splits))}")
+    _one_split(reads)
     return [(a, b, paired_gain(a.per_task, b.per_task, level=level)) for a, b in combinations(reads, 2)]
 
 
@@ -65,6 +101,13 @@ def reads_table(reads: Sequence[Read], *, level: float = CI_LEVEL) -> str:
     pairs = read_pairs(reads, level=level)
     rows += [paired_row(f"{after.label} − {before.label}", gain) for before, after, gain in pairs]
     notes = ["Paired by task on the tasks both reads scored; percentile bootstrap CI over tasks."]
+    pooled = [f"{read.label} ({read.pooled})" for read in reads if read.pooled > 1]
+    if pooled:
+        notes.append(
+            f"Seeds pooled task by task: {', '.join(pooled)} reads; k counts every seed's samples. A pair "
+            "with a pooled read is the gain averaged over its seeds; its CI covers the tasks, not the "
+            "training noise of a further seed."
+        )
     if level != CI_LEVEL:
         family = (1 - CI_LEVEL) / (1 - level)
         notes.append(

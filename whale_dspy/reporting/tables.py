@@ -149,8 +149,8 @@ def seeds_cell(summary: MethodSummary) -> str:
     return f"{summary.seeds} ({summary.unfinished} unfinished)" if summary.unfinished else str(summary.seeds)
 
 
-def _pooled(points: Sequence[dict[str, Any] | None]) -> dict[str, list[float]]:
-    """Each task's scores over the given checkpoints (one per seed), pooled."""
+def pooled_per_task(points: Sequence[dict[str, Any] | None]) -> dict[str, list[float]]:
+    """Each task's scores over the given checkpoints or reads (one per seed), pooled."""
     pooled: dict[str, list[float]] = defaultdict(list)
     for point in points:
         for task, scores in ((point or {}).get("per_task") or {}).items():
@@ -167,9 +167,9 @@ def paired_comparisons(reports: Sequence[dict[str, Any]]) -> list[tuple[str, Pai
     excludes zero. The final checkpoint is compared, not the best: the best is picked on test.
     """
     groups = group_by_method(reports)
-    finals = {label: _pooled([r["final"] for r in finished(runs)]) for label, runs in groups.items()}
+    finals = {label: pooled_per_task([r["final"] for r in finished(runs)]) for label, runs in groups.items()}
     starts = {
-        label: _pooled([r["curve"][0] if r["curve"] else None for r in runs])
+        label: pooled_per_task([r["curve"][0] if r["curve"] else None for r in runs])
         for label, runs in groups.items()
     }
     pairs = [(f"{label} − start", starts[label], finals[label]) for label in groups]
