@@ -99,7 +99,8 @@ def write_read(folder, per_task, *, split="test", harness="h0", adapter=None, dt
     folder.mkdir(parents=True)
     means = [sum(s) / len(s) for s in per_task.values()]
     report = {
-        "domain": "squad", "split": split, "harness": harness, "adapter": adapter, "k": 1,
+        "domain": "squad", "split": split, "harness": harness, "adapter": adapter,
+        "k": len(next(iter(per_task.values()))),
         "serving": {"server": "embedded", "dtype": dtype},
         "tasks": len(per_task), "mean_at_k": sum(means) / len(means), "ci_low": 0.0, "ci_high": 1.0,
         "per_task": per_task,
@@ -162,14 +163,29 @@ def test_paired_pools_seeds_of_one_method_task_by_task(tmp_path, capsys):
     out = capsys.readouterr().out
     row = next(line for line in out.splitlines() if line.startswith("| s1+s2 − start |"))
     assert "| +0.375 |" in row and "| 40 | beyond noise |" in row  # (0.5 + 0.25) / 2 over the 40 tasks
-    assert "| s1+s2 | h0 | adapter | bfloat16 | 40 | 2 | 0.375 [" in out
-    assert "Seeds pooled task by task: s1+s2 (2) reads" in out
+    pooled = next(
+        line for line in out.splitlines() if line.startswith("| s1+s2 | h0 | adapter | bfloat16 | 40 | 2 |")
+    )
+    low, high = map(float, pooled.split(" [")[1].rstrip("] |").split(", "))
+    assert low < 0.375 < high and high - low < 0.4  # over the pooled task means, not a seed's own [0, 1]
+    assert "Seeds pooled task by task (s1+s2 pools 2 reads;" in out
     assert main(["paired", str(start), str(seed1)]) == 0  # one seed alone: no pooling, no note
     out = capsys.readouterr().out
     assert "| s1 − start | +0.500 |" in out and "Seeds pooled" not in out
+    unknown = write_read(tmp_path / "unknown", gains2, dtype=None)  # a server that cannot say its dtype
+    assert main(["paired", str(start), f"{seed1}{os.pathsep}{unknown}"]) == 0
+    assert "different dtypes" not in capsys.readouterr().out
     other = write_read(tmp_path / "other", {f"t{i}": [1.0] for i in range(1, 41)})
-    argv = ["paired", str(start), f"{seed1}{os.pathsep}{other}", "--labels", "h0,mixed"]
-    assert "pooled as mixed score different tasks" in refused(argv, capsys)
+    val = write_read(tmp_path / "val", gains2, split="val")
+    k2 = write_read(tmp_path / "k2", {f"t{i}": [1.0, 0.0] for i in range(40)})
+    for pool, why in [
+        (f"{seed1}{os.pathsep}{other}", "score different tasks"),
+        (f"{seed1}{os.pathsep}{val}", "different domains or splits"),
+        (f"{seed1}{os.pathsep}{k2}", "differ in k"),
+        (f"{seed1}{os.pathsep}{seed1}", "distinct read folders"),
+        (f"{seed1}{os.pathsep}", "distinct read folders"),
+    ]:
+        assert why in refused(["paired", str(start), pool, "--labels", "h0,pool"], capsys), pool
 
 
 def test_paired_refuses_what_cannot_be_paired(tmp_path, capsys):

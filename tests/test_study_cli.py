@@ -187,7 +187,6 @@ class ScriptedBuild:
             run_dir=run_dir,
             eval_every=settings.every,
             eval_k=settings.eval_k,
-            eval_threads=2,
             evaluator=toy_evaluator(),
             weight_phase=FakeWeightPhase(trial_server, adapter_dir=run_dir / "adapters"),
             harness_phase=FakeHarnessPhase(),

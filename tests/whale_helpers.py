@@ -219,7 +219,6 @@ def optimizer(
         "budget": 100,
         "eval_every": 20,
         "eval_k": 2,
-        "eval_threads": 2,
         "evaluator": toy_evaluator(),
     }
     return WhaleOptimizer(
@@ -278,7 +277,6 @@ def scripted_run(
             run_dir=run_dir,
             eval_every=settings.every,
             eval_k=settings.eval_k,
-            eval_threads=2,
             evaluator=toy_evaluator(),
             weight_phase=FakeWeightPhase(server, delay=delay),
             harness_phase=FakeHarnessPhase(delay=delay),

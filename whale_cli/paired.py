@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 from whale_dspy.errors import ConfigError
 from whale_dspy.jsonl import atomic_write_text
@@ -50,7 +51,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def load_reads(arguments: list[Path], labels: str | None) -> list[Read]:
     """One read per argument; an argument of several folders joined by the path separator pools them."""
-    groups = [[Path(part) for part in str(argument).split(os.pathsep)] for argument in arguments]
+    groups = [pool_members(argument) for argument in arguments]
     default = ["+".join(folder.name for folder in group) for group in groups]
     names = [label.strip() for label in labels.split(",")] if labels else default
     if len(names) != len(groups):
@@ -63,7 +64,15 @@ def load_reads(arguments: list[Path], labels: str | None) -> list[Read]:
     ]
 
 
-def load_report(folder: Path) -> dict:
+def pool_members(argument: Path) -> list[Path]:
+    """The read folders of one argument: one, or several seeds joined by the path separator."""
+    parts = str(argument).split(os.pathsep)
+    if "" in parts or len({Path(part).resolve() for part in parts}) < len(parts):
+        raise ConfigError(f"{argument}: pool distinct read folders, each named once")
+    return [Path(part) for part in parts]
+
+
+def load_report(folder: Path) -> dict[str, Any]:
     """A finished `whale eval` read's report."""
     path = folder / READ_REPORT
     if not path.exists():

@@ -28,7 +28,7 @@ from whale_dspy.jsonl import append_jsonl
 from whale_dspy.records import Rollout
 from whale_dspy.rollouts import Metric, run_rollout, task_id_of
 from whale_dspy.seeding import derive_seed
-from whale_dspy.stats import bootstrap_ci
+from whale_dspy.stats import task_mean_ci
 
 log = logging.getLogger(__name__)
 
@@ -69,14 +69,13 @@ def summarize(rollouts: Sequence[Rollout], *, k: int, seconds: float, resumed: i
     per_task: dict[str, list[float]] = defaultdict(list)
     for rollout in sorted(rollouts, key=lambda r: (r.task_id, r.sample)):
         per_task[rollout.task_id].append(rollout.score)
-    task_means = [float(np.mean(scores)) for scores in per_task.values()]
-    low, high = bootstrap_ci(task_means)
+    mean, low, high = task_mean_ci(per_task)
     count = max(len(rollouts), 1)
     return EvalReport(
         k=k,
         tasks=len(per_task),
         rollouts=len(rollouts),
-        mean_at_k=float(np.mean(task_means)) if task_means else 0.0,
+        mean_at_k=mean,
         ci_low=low,
         ci_high=high,
         pass_at_k=float(np.mean([max(s) for s in per_task.values()])) if per_task else 0.0,

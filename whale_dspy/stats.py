@@ -33,6 +33,13 @@ def bootstrap_ci(values: Sequence[float], *, seed: int = 0, level: float = CI_LE
     return float(np.percentile(means, tail * 100)), float(np.percentile(means, 100 - tail * 100))
 
 
+def task_mean_ci(per_task: Mapping[str, Sequence[float]]) -> tuple[float, float, float]:
+    """mean@k (the mean over tasks of each task's mean over its samples) and its 95% CI over tasks."""
+    task_means = [float(np.mean(scores)) for scores in per_task.values()]
+    low, high = bootstrap_ci(task_means)
+    return (float(np.mean(task_means)) if task_means else 0.0), low, high
+
+
 @dataclass(frozen=True)
 class PairedGain:
     """`after` minus `before` on the tasks both scored: the per-task mean gain and its bootstrap CI.

@@ -12,11 +12,9 @@ from dataclasses import dataclass
 from itertools import combinations
 from typing import Any
 
-import numpy as np
-
 from whale_dspy.errors import ConfigError
 from whale_dspy.reporting.tables import paired_row, pooled_per_task
-from whale_dspy.stats import CI_LEVEL, PairedGain, bootstrap_ci, paired_gain
+from whale_dspy.stats import CI_LEVEL, PairedGain, paired_gain, task_mean_ci
 
 READ_REPORT = "report.json"
 """What `whale eval` writes into its --out folder when a read finishes."""
@@ -48,22 +46,25 @@ def pooled_read(label: str, reads: Sequence[Read]) -> Read:
     over those seeds; its CI is over tasks, so it does not cover a further seed's training."""
     if len(reads) == 1:
         return Read(label, reads[0].report)
+    _one_split(reads)
     if len({frozenset(read.per_task) for read in reads}) > 1:
         raise ConfigError(f"the reads pooled as {label} score different tasks: pool reads of one task set")
-    _one_split(reads)
-    per_task = pooled_per_task([read.report for read in reads])
-    task_means = [float(np.mean(scores)) for scores in per_task.values()]
-    low, high = bootstrap_ci(task_means)
+    if len({read.report["k"] for read in reads}) > 1:
+        raise ConfigError(f"the reads pooled as {label} differ in k: each seed must weigh the same")
     reports = [read.report for read in reads]
+    per_task = pooled_per_task(reports)
+    mean, low, high = task_mean_ci(per_task)
+    dtypes = sorted({read.dtype for read in reads} - {UNKNOWN_DTYPE})
     report = {
-        **reports[0],
+        "domain": reports[0].get("domain"),
+        "split": reports[0].get("split"),
         "harness": " + ".join(dict.fromkeys(str(r.get("harness")) for r in reports)),
         "adapter": next((r["adapter"] for r in reports if r.get("adapter")), None),
-        "serving": {"dtype": "+".join(sorted({read.dtype for read in reads}))},
+        "serving": {"dtype": "+".join(dtypes) or None},
         "k": sum(r["k"] for r in reports),
         "tasks": len(per_task),
         "per_task": per_task,
-        "mean_at_k": float(np.mean(task_means)),
+        "mean_at_k": mean,
         "ci_low": low,
         "ci_high": high,
     }
@@ -101,10 +102,10 @@ def reads_table(reads: Sequence[Read], *, level: float = CI_LEVEL) -> str:
     pairs = read_pairs(reads, level=level)
     rows += [paired_row(f"{after.label} − {before.label}", gain) for before, after, gain in pairs]
     notes = ["Paired by task on the tasks both reads scored; percentile bootstrap CI over tasks."]
-    pooled = [f"{read.label} ({read.pooled})" for read in reads if read.pooled > 1]
+    pooled = [f"{read.label} pools {read.pooled}" for read in reads if read.pooled > 1]
     if pooled:
         notes.append(
-            f"Seeds pooled task by task: {', '.join(pooled)} reads; k counts every seed's samples. A pair "
+            f"Seeds pooled task by task ({', '.join(pooled)} reads; k counts every seed's samples). A pair "
             "with a pooled read is the gain averaged over its seeds; its CI covers the tasks, not the "
             "training noise of a further seed."
         )

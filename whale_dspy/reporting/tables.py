@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -149,7 +149,7 @@ def seeds_cell(summary: MethodSummary) -> str:
     return f"{summary.seeds} ({summary.unfinished} unfinished)" if summary.unfinished else str(summary.seeds)
 
 
-def pooled_per_task(points: Sequence[dict[str, Any] | None]) -> dict[str, list[float]]:
+def pooled_per_task(points: Sequence[Mapping[str, Any] | None]) -> dict[str, list[float]]:
     """Each task's scores over the given checkpoints or reads (one per seed), pooled."""
     pooled: dict[str, list[float]] = defaultdict(list)
     for point in points:
