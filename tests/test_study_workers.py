@@ -102,6 +102,21 @@ def _open(storage: str):
     return optuna.load_study(study_name="demo", storage=_connection(storage))
 
 
+def _has_heartbeat(storage: str, trial) -> bool:
+    """Whether the trial's first heartbeat is stored. Optuna beats from a thread of its own, which on a
+    loaded machine can lag the trial's first report; an RDB trial killed before any beat has no
+    heartbeat row and Optuna never finds it stale. (A journal trial's start counts as its first beat.)"""
+    import sqlalchemy
+    from optuna.storages import RDBStorage
+
+    connection = _connection(storage)
+    if not isinstance(connection, RDBStorage):
+        return True
+    with connection.engine.connect() as db:
+        query = sqlalchemy.text("SELECT 1 FROM trial_heartbeats WHERE trial_id = :id")
+        return db.execute(query, {"id": trial._trial_id}).first() is not None
+
+
 def _wait_for_running_trial(storage: str, worker: subprocess.Popen, timeout: float = 60.0) -> int:
     from optuna.trial import TrialState
 
@@ -112,7 +127,7 @@ def _wait_for_running_trial(storage: str, worker: subprocess.Popen, timeout: flo
             running = _open(storage).get_trials(states=(TrialState.RUNNING,))
         except KeyError:  # the study does not exist yet
             running = []
-        if running and "curve" in running[0].user_attrs:
+        if running and "curve" in running[0].user_attrs and _has_heartbeat(storage, running[0]):
             return running[0].number
         time.sleep(0.3)
     raise AssertionError("no trial started")
