@@ -14,12 +14,13 @@ import itertools
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from whale_dspy.backends.process import free_port
 
 HOST = "127.0.0.1"
 SUPERUSER = "postgres"
@@ -82,7 +83,7 @@ def running_server(bindir: Path) -> Iterator[PostgresServer]:
         pg_ctl = [*as_server, str(bindir / "pg_ctl"), "-D", str(data)]
         initdb = [str(bindir / "initdb"), "-D", str(data), "-U", SUPERUSER, "--auth=trust", "--no-sync"]
         _check([*as_server, *initdb, "-E", "UTF8", "--no-locale"], "initdb", cwd=root)
-        port = _free_port()
+        port = free_port()
         with open(data / "postgresql.conf", "a") as conf:
             conf.writelines(f"{key} = {value}\n" for key, value in {**SETTINGS, "port": port}.items())
         try:
@@ -107,12 +108,6 @@ def _as_server_user(root: Path) -> list[str]:
         ) from None
     os.chown(root, user.pw_uid, user.pw_gid)
     return ["runuser", "-u", SERVER_USER, "--"]
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind((HOST, 0))
-        return probe.getsockname()[1]
 
 
 def _check(command: list[str], what: str, *, cwd: Path | None = None, log: Path | None = None) -> None:
