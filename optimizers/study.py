@@ -40,6 +40,7 @@ from optimizers.study_storage import (
     JournalHeartbeat,
     Lease,
     fail_stale_trials,
+    first_beat,
     needs_own_heartbeat,
     open_storage,
 )
@@ -233,6 +234,7 @@ def make_objective(
         )
         logger.info("trial %d: %s", trial.number, schedule.spec())
         if not own_heartbeat:
+            first_beat(study, trial)
             return run_trial(context, reporter)
         fail_stale_trials(study, config.lease)  # Optuna does this before each trial for RDB storages only
         with JournalHeartbeat(trial, config.lease.heartbeat_interval):

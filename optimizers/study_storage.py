@@ -7,7 +7,9 @@ JournalStorage on a file, for file systems where SQLite locking is unreliable).
 A worker killed with -9 leaves its trial RUNNING. RDBStorage has heartbeats:
 each running trial's heartbeat is refreshed every `heartbeat_interval` seconds
 and `optuna.storages.fail_stale_trials` fails trials silent for longer than
-`grace_period` (Optuna also calls it before every new trial). JournalStorage has
+`grace_period` (Optuna also calls it before every new trial); `first_beat` stores a
+trial's first heartbeat before its run starts, since Optuna never finds stale a trial
+that has not beaten yet. JournalStorage has
 no heartbeat in Optuna, so `JournalHeartbeat` keeps the same lease in a user
 attribute and `fail_stale_trials` here applies the same rule to it.
 
@@ -225,6 +227,18 @@ def needs_own_heartbeat(storage: Any) -> bool:
     from optuna.storages import JournalStorage
 
     return isinstance(storage, JournalStorage)
+
+
+def first_beat(study: optuna.Study, trial: optuna.Trial) -> None:
+    """An RDB trial's first heartbeat, stored before its run starts, as `JournalHeartbeat` stores a
+    journal trial's. Optuna beats from a thread of its own and skips trials with no beat when it looks
+    for stale ones: a worker killed before that thread's first write (on SQLite, up to the busy
+    timeout later) left its trial RUNNING for good, never retried."""
+    from optuna.storages._heartbeat import is_heartbeat_enabled  # the test Optuna's fail_stale_trials uses
+
+    storage = study._storage
+    if is_heartbeat_enabled(storage):
+        storage.record_heartbeat(trial._trial_id)
 
 
 class JournalHeartbeat:
