@@ -20,9 +20,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from whale_dspy.backends.process import free_port
+from whale_dspy.backends.process import LOOPBACK, free_port
 
-HOST = "127.0.0.1"
+HOST = LOOPBACK
 SUPERUSER = "postgres"
 SERVER_USER = "postgres"
 """The system user the server runs as when the tests run as root."""

@@ -35,8 +35,9 @@ _handed_out_lock = threading.Lock()
 
 def free_port() -> int:
     """A loopback port nobody listens on now (the kernel picks it) and that this process has not
-    handed out before. The kernel can pick the same port twice in a row (4 in 20,000 measured): two
-    replicas started together were given one port, and the second found it taken."""
+    handed out before. The kernel can pick a just-closed port again (twice in a row in 4 of 20,000
+    pairs measured): two replicas started together were given one port, and the second found it
+    taken. Processes can still collide; `ensure_port_free` then says so before launch."""
     with _handed_out_lock:
         for _ in range(PORT_PICKS):
             with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
