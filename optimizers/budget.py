@@ -18,7 +18,7 @@ from typing import Any
 
 from optimizers.signals import HarnessIteration, WeightStep
 from whale_dspy.errors import ConfigError
-from whale_dspy.records import add_tokens
+from whale_dspy.records import add_counts
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +59,9 @@ class Spend:
     proposer_tokens: int | None = 0
     """None once any harness iteration's proposer tokens were unknown."""
     rollout_tokens: int = 0
+    rollout_calls: int | None = 0
+    """The policy LM calls of the budget's rollouts, which the budget does not count: a harness that
+    votes over five samples spends five a rollout. None once any step's calls were unknown."""
     weight_seconds: float = 0.0
     harness_seconds: float = 0.0
     eval_seconds: float = 0.0
@@ -70,6 +73,7 @@ class Spend:
             weight_rollouts=self.weight_rollouts + step.rollouts,
             weight_steps=self.weight_steps + 1,
             rollout_tokens=self.rollout_tokens + step.tokens,
+            rollout_calls=add_counts(self.rollout_calls, step.lm_calls),
             weight_seconds=self.weight_seconds + step.seconds,
         )
 
@@ -78,8 +82,9 @@ class Spend:
             self._charge(iteration.rollouts, declared, f"harness iteration {iteration.iteration}"),
             harness_rollouts=self.harness_rollouts + iteration.rollouts,
             harness_iterations=self.harness_iterations + 1,
+            rollout_calls=add_counts(self.rollout_calls, iteration.lm_calls),
             proposer_calls=self.proposer_calls + iteration.proposer_calls,
-            proposer_tokens=add_tokens(self.proposer_tokens, iteration.proposer_tokens),
+            proposer_tokens=add_counts(self.proposer_tokens, iteration.proposer_tokens),
             harness_seconds=self.harness_seconds + iteration.seconds,
         )
 

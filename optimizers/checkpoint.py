@@ -92,7 +92,8 @@ class RunState:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunState:
         tuples = ("phase_units", "phases", "curve")
-        return cls(**{**data, **{k: tuple(data[k]) for k in tuples}, "spend": Spend(**data["spend"])})
+        spend = Spend(**{"rollout_calls": None, **data["spend"]})  # absent: recorded before calls were counted
+        return cls(**{**data, **{k: tuple(data[k]) for k in tuples}, "spend": spend})
 
 
 def weight_step_from_dict(data: dict[str, Any]) -> WeightStep:

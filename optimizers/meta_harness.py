@@ -56,7 +56,7 @@ from whale_dspy.evaluation import EvalReport
 from whale_dspy.harness import HarnessProgram, HarnessSource, rename
 from whale_dspy.jsonl import read_jsonl, to_jsonable
 from whale_dspy.protocols import CandidateEvaluator, HarnessProposer
-from whale_dspy.records import Rollout, add_tokens
+from whale_dspy.records import Rollout, add_counts
 from whale_dspy.sandbox import ALLOWED_IMPORTS, SandboxedEvaluator, SandboxLimits
 from whale_dspy.seeding import derive_seed
 from whale_dspy.student import as_harness, check_metric
@@ -84,7 +84,7 @@ def sandboxed_evaluator(config: MetaHarnessConfig, **changes: Any) -> SandboxedE
     return SandboxedEvaluator(sandbox_limits(config, **changes))
 
 
-def _scores_and_cost(report: EvalReport, rollouts: list[Rollout], smoke: int) -> tuple:
+def _scores_and_cost(report: EvalReport, rollouts: list[Rollout], smoke: list[Rollout]) -> tuple:
     per_task = {task: float(np.mean(scores)) for task, scores in report.per_task.items()}
     solved = [max(scores) >= 1.0 for scores in report.per_task.values()]
     scores = CandidateScores(
@@ -94,8 +94,8 @@ def _scores_and_cost(report: EvalReport, rollouts: list[Rollout], smoke: int) ->
         parse_rate=report.parse_rate,
     )
     cost = CandidateCost(
-        rollouts=report.rollouts + smoke,
-        lm_calls=sum(r.turns for r in rollouts),
+        rollouts=report.rollouts + len(smoke),
+        lm_calls=sum(r.turns for r in [*smoke, *rollouts]),
         prompt_tokens=report.prompt_tokens,
         completion_tokens=report.completion_tokens,
         mean_turns=report.mean_turns,
@@ -145,7 +145,7 @@ class MetaHarness(Teleprompter):
             archive_dir=str(self.archive_dir),
             rollouts=sum(s.rollouts for s in history),
             proposer_calls=sum(s.proposer_calls for s in history),
-            proposer_tokens=functools.reduce(add_tokens, (s.proposer_tokens for s in history), 0),
+            proposer_tokens=functools.reduce(add_counts, (s.proposer_tokens for s in history), 0),
             stopped=reason,
         )
         best.report = self.report
@@ -278,16 +278,18 @@ class MetaHarness(Teleprompter):
             )
             check_evaluation(rollouts)
         except CandidateRejected as rejected:
-            spent = sum(len(list(read_jsonl(staging / f))) for f in (SMOKE_FILE, TRACES_FILE))
+            spent = [
+                Rollout.from_dict(row) for f in (SMOKE_FILE, TRACES_FILE) for row in read_jsonl(staging / f)
+            ]
             return replace(
                 base,
                 status="invalid",
                 stage=rejected.stage,
                 reason=rejected.reason,
                 error=str(rejected),
-                cost=CandidateCost(rollouts=spent),
+                cost=CandidateCost(rollouts=len(spent), lm_calls=sum(r.turns for r in spent)),
             )
-        scores, cost = _scores_and_cost(report, rollouts, len(smoke))
+        scores, cost = _scores_and_cost(report, rollouts, smoke)
         return replace(base, scores=scores, cost=cost)
 
     def _prompt_parent(self, archive: HarnessArchive, source: HarnessSource) -> str | None:
@@ -351,11 +353,14 @@ class MetaHarness(Teleprompter):
             proposer_calls=calls,
             proposer_tokens=tokens,
             seconds=time.perf_counter() - started,
+            lm_calls=sum(m.cost.lm_calls for m in metas),
         )
 
     @staticmethod
     def _signal_from_record(record: dict[str, Any]) -> HarnessIteration:
-        return HarnessIteration(**{f.name: record[f.name] for f in fields(HarnessIteration)})
+        """An iteration's signal as recorded; a field added since (lm_calls) takes its default."""
+        known = {f.name for f in fields(HarnessIteration)} & record.keys()
+        return HarnessIteration(**{name: record[name] for name in known})
 
     @staticmethod
     def _best_program(student: HarnessProgram, archive: HarnessArchive) -> HarnessProgram:

@@ -280,6 +280,7 @@ class RejectionSamplingFinetune(Teleprompter):
             rollouts=count,
             seconds=seconds,
             skipped=outcome.skipped,
+            lm_calls=sum(r.turns for r in rollouts),
         )
 
     def _record(self, signal: WeightStep, outcome: _Outcome, *, epoch: int, rollout_seconds: float) -> None:

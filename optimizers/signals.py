@@ -29,6 +29,9 @@ class WeightStep:
     rollouts: int
     seconds: float
     skipped: str | None = None
+    lm_calls: int | None = None
+    """The policy LM calls of the step's rollouts (a vote of five makes five a rollout); None: a step
+    recorded before calls were counted."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -49,6 +52,8 @@ class HarnessIteration:
     proposer_tokens: int | None
     """None: unknown (an external agent that reported no usage), never counted as 0."""
     seconds: float
+    lm_calls: int | None = None
+    """The policy LM calls of the candidates' rollouts; None: recorded before calls were counted."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -8,11 +8,12 @@ import pytest
 from whale_helpers import FakeHarnessPhase, FakeWeightPhase, backend, compile_run, optimizer
 
 from optimizers.budget import Budget, Spend
+from optimizers.checkpoint import RunState
 from optimizers.signals import HarnessIteration, WeightStep
 from whale_dspy.errors import ConfigError
 
 
-def weight_step(rollouts: int, tokens: int = 7) -> WeightStep:
+def weight_step(rollouts: int, tokens: int = 7, lm_calls: int | None = None) -> WeightStep:
     return WeightStep(
         step=0,
         adapter=None,
@@ -23,10 +24,11 @@ def weight_step(rollouts: int, tokens: int = 7) -> WeightStep:
         tokens=tokens,
         rollouts=rollouts,
         seconds=1.5,
+        lm_calls=lm_calls,
     )
 
 
-def harness_iteration(rollouts: int) -> HarnessIteration:
+def harness_iteration(rollouts: int, lm_calls: int | None = None) -> HarnessIteration:
     return HarnessIteration(
         iteration=1,
         best_name="c1",
@@ -38,6 +40,7 @@ def harness_iteration(rollouts: int) -> HarnessIteration:
         proposer_calls=2,
         proposer_tokens=300,
         seconds=2.0,
+        lm_calls=lm_calls,
     )
 
 
@@ -59,6 +62,22 @@ def test_spend_counts_both_phases_alike_and_reports_the_rest_beside(caplog):
     with caplog.at_level(logging.WARNING):
         over = spend.add_weight(weight_step(10), declared=8)
     assert over.overspent == 2 and "2 more than it declared" in caplog.text
+
+
+def test_spend_counts_the_policy_calls_the_budget_does_not_and_an_unknown_stays_unknown():
+    # A harness that votes over five samples spends five calls a rollout: the same 8 rollouts cost 40.
+    spend = Spend().add_weight(weight_step(8, lm_calls=40), declared=8)
+    spend = spend.add_harness(harness_iteration(30, lm_calls=30), declared=30)
+    assert (spend.rollouts, spend.rollout_calls) == (38, 70)
+    assert spend.add_weight(weight_step(8), declared=8).rollout_calls is None  # recorded before counting
+
+
+def test_a_checkpoint_written_before_calls_were_counted_reads_them_unknown_not_zero():
+    harness = {"name": "h0", "digest": "d", "path": "h0.py"}
+    state = RunState(harness=harness, incoming=harness, spend=Spend(rollouts=8)).to_dict()
+    assert RunState.from_dict(state).spend.rollout_calls == 0
+    del state["spend"]["rollout_calls"]
+    assert RunState.from_dict(state).spend.rollout_calls is None
 
 
 class UnderDeclaringWeightPhase(FakeWeightPhase):

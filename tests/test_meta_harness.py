@@ -162,7 +162,7 @@ def test_candidate_folder_has_source_meta_traces_and_diff(tmp_path):
     assert meta["parent"] == "c0000" and meta["hypothesis"] == "answer every question"
     assert meta["status"] == "valid" and meta["scores"]["mean"] == 1.0
     assert meta["scores"]["per_task"] == {f"t{i}": 1.0 for i in range(4)}
-    assert meta["cost"]["lm_calls"] == 4 and meta["cost"]["prompt_tokens"] > 0
+    assert meta["cost"]["lm_calls"] == meta["cost"]["rollouts"] == 6 and meta["cost"]["prompt_tokens"] > 0
     traces = (folder / "traces.jsonl").read_text().splitlines()
     assert len(traces) == 4 and json.loads(traces[0])["lm_calls"][0]["messages"]
     assert '-        return dspy.Prediction(answer=answer if question[-1] in "02468" else "no idea")' in (
@@ -181,6 +181,9 @@ def test_ties_go_to_fewer_turns_and_duplicates_are_not_reevaluated(tmp_path):
     signals = take(optimizer, 2)
     archive = HarnessArchive(tmp_path / "archive")
     assert archive.get("c0001").cost.mean_turns == 2 and archive.get("c0002").cost.mean_turns == 1
+    two, one = (archive.get(name).cost for name in ("c0001", "c0002"))
+    assert (two.lm_calls, one.lm_calls) == (2 * two.rollouts, one.rollouts)  # smoke rollouts too
+    assert signals[1].lm_calls == two.lm_calls + one.lm_calls  # the duplicate cost none
     assert signals[1].best_name == "c0002"
     assert archive.get("c0003").status == "duplicate" and "c0002" in archive.get("c0003").error
     assert "c0003" not in evaluator.programs

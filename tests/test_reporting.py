@@ -14,10 +14,12 @@ def point(rollouts, mean, half=0.1, k=8):
     return {"rollouts": rollouts, "mean_at_k": mean, "ci_low": mean - half, "ci_high": mean + half, "k": k}
 
 
-def report(method, curve, *, rollouts=None, tokens=0, wall=10.0):
+def report(method, curve, *, rollouts=None, tokens=0, wall=10.0, calls=None):
     rollouts = curve[-1]["rollouts"] if rollouts is None and curve else rollouts or 100
     spend = {"rollouts": rollouts, "eval_rollouts": 16 * len(curve), "proposer_tokens": tokens,
              "weight_seconds": 5.0, "wall_seconds": wall}  # fmt: skip
+    if calls is not None:  # runs recorded before LM calls were counted have no such key
+        spend["rollout_calls"] = calls
     best = max(curve, key=lambda p: p["mean_at_k"]) if curve else None
     return {"method": method, "budget": 100, "spend": spend, "curve": curve, "best": best,
             "final": curve[-1] if curve else None, "finished": "budget spent"}  # fmt: skip
@@ -48,6 +50,15 @@ def test_markdown_table_has_one_row_per_method_with_cis():
     assert lines[1].startswith("| whale | 2 | 0.650 [0.550, 0.750] ±0.071 (seeds) | 0.600 [0.500, 0.700]")
     assert lines[2].startswith("| weight-only | 1 | 0.300 [0.200, 0.400] | 0.300")
     assert "Budget: 100 rollouts" in text
+
+
+def test_the_table_puts_each_methods_lm_calls_beside_its_rollouts_and_unknown_where_not_counted():
+    voting = [report("whale", [point(0, 0.2), point(100, 0.5)], calls=500),
+              report("whale", [point(0, 0.2), point(100, 0.7)], calls=300)]  # fmt: skip
+    text = markdown_table(summarize_methods([*voting, REPORTS[2]]), k=8, budget=100)
+    whale, weight_only = [line.split(" | ") for line in text.splitlines() if line.startswith("| w")]
+    assert whale[4:6] == ["100", "400"] and weight_only[4:6] == ["100", "unknown"]
+    assert "| rollouts | LM calls |" in text
 
 
 def test_a_run_without_test_evaluations_reads_n_a():

@@ -43,7 +43,8 @@ def test_a_multi_call_rollout_gives_one_example_per_call_in_call_order(tmp_path)
     }
     rft, _, trainer = make_rft(replies, tmp_path)
     trainset = tasks("ALPHA", "BETA")
-    next(rft.steps(program(TWO_CALLS), trainset))
+    signal, _ = next(rft.steps(program(TWO_CALLS), trainset))
+    assert signal.lm_calls == 2 * signal.rollouts > 0  # what a step costs the server, beside the budget
 
     draft_sig = dspy.Signature("question -> draft")
     final_sig = QA.append("draft", dspy.InputField(), type_=str)

@@ -21,7 +21,7 @@ from rich.table import Table
 from whale_dspy.errors import ConfigError
 from whale_dspy.jsonl import atomic_write_json, atomic_write_text
 from whale_dspy.reporting import markdown_table, paired_table, plot_curves, reach_table, summarize_methods
-from whale_dspy.reporting.tables import seeds_cell, tokens_cell
+from whale_dspy.reporting.tables import count_cell, seeds_cell
 
 REPORT_JSON, TABLE_MD, CURVE_PNG = "report.json", "report.md", "curve.png"
 
@@ -80,6 +80,7 @@ def print_summary(console: Console, reports: Sequence[dict[str, Any]]) -> None:
         "best",
         "final",
         "rollouts",
+        "LM calls",
         "test rollouts",
         "proposer tokens",
         "wall s",
@@ -92,8 +93,9 @@ def print_summary(console: Console, reports: Sequence[dict[str, Any]]) -> None:
             s.best.cell() if s.best else "n/a",
             s.final.cell() if s.final else "n/a",
             f"{s.rollouts:.0f}",
+            count_cell(s.lm_calls),
             f"{s.eval_rollouts:.0f}",
-            tokens_cell(s.proposer_tokens),
+            count_cell(s.proposer_tokens),
             f"{s.wall_seconds:.0f}",
         )
     console.print(table)

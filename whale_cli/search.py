@@ -36,7 +36,7 @@ from whale_dspy.harness import HarnessProgram
 from whale_dspy.jsonl import atomic_write_json
 from whale_dspy.protocols import CandidateEvaluator, InferenceBackend
 from whale_dspy.provenance import environment
-from whale_dspy.reporting.tables import tokens_cell
+from whale_dspy.reporting.tables import count_cell
 from whale_dspy.stats import PairedGain, paired_gain
 
 TEST_SPLIT = "test"
@@ -169,7 +169,7 @@ def iteration_table(report: Any) -> Table:
             f"{s.best_score:.3f}",
             s.best_name,
             str(s.rollouts),
-            tokens_cell(s.proposer_tokens),
+            count_cell(s.proposer_tokens),
         )
     return table
 

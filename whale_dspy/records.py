@@ -162,11 +162,11 @@ class ProposerUsage:
         """What was spent after `earlier` (a snapshot of the same proposer)."""
         return ProposerUsage(
             self.calls - earlier.calls,
-            add_tokens(self.tokens, None if earlier.tokens is None else -earlier.tokens),
+            add_counts(self.tokens, None if earlier.tokens is None else -earlier.tokens),
             self.failures[len(earlier.failures) :],
         )
 
 
-def add_tokens(first: int | None, second: int | None) -> int | None:
-    """Token counts where one unknown makes the total unknown."""
+def add_counts(first: int | None, second: int | None) -> int | None:
+    """Counts (tokens, LM calls) where one unknown makes the total unknown."""
     return None if first is None or second is None else first + second

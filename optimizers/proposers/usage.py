@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from whale_dspy.records import ProposerUsage, add_tokens
+from whale_dspy.records import ProposerUsage, add_counts
 
 
 class UsageMeter:
@@ -15,7 +15,7 @@ class UsageMeter:
 
     def called(self, tokens: int | None) -> None:
         self.calls += 1
-        self.tokens = add_tokens(self.tokens, tokens)
+        self.tokens = add_counts(self.tokens, tokens)
 
     def failed(self, message: str) -> None:
         self.failures.append(message)

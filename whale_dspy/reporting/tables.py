@@ -44,6 +44,9 @@ class MethodSummary:
     eval_rollouts: float
     proposer_tokens: float | None
     """None: unknown for at least one run (an external agent that reported no usage)."""
+    lm_calls: float | None
+    """The policy LM calls of the budget's rollouts; None: unknown for at least one run (recorded
+    before calls were counted)."""
     train_seconds: float
     wall_seconds: float
 
@@ -93,13 +96,13 @@ def finished(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
-def mean_tokens(counts: Sequence[int | None]) -> float | None:
-    """The mean proposer tokens over runs; unknown when any run's count is (an external agent)."""
+def mean_count(counts: Sequence[int | None]) -> float | None:
+    """The mean count (tokens, calls) over runs; unknown when any run's count is."""
     return None if any(count is None for count in counts) else float(np.mean(counts))
 
 
-def tokens_cell(tokens: float | None) -> str:
-    return "unknown" if tokens is None else f"{tokens:.0f}"
+def count_cell(count: float | None) -> str:
+    return "unknown" if count is None else f"{count:.0f}"
 
 
 def summarize_methods(reports: Sequence[dict[str, Any]]) -> list[MethodSummary]:
@@ -113,7 +116,8 @@ def summarize_methods(reports: Sequence[dict[str, Any]]) -> list[MethodSummary]:
             final=_score([r["final"] for r in finished(runs)]),
             rollouts=float(np.mean([r["spend"]["rollouts"] for r in runs])),
             eval_rollouts=float(np.mean([r["spend"]["eval_rollouts"] for r in runs])),
-            proposer_tokens=mean_tokens([r["spend"]["proposer_tokens"] for r in runs]),
+            proposer_tokens=mean_count([r["spend"]["proposer_tokens"] for r in runs]),
+            lm_calls=mean_count([r["spend"].get("rollout_calls") for r in runs]),
             train_seconds=float(np.mean([r["spend"]["weight_seconds"] for r in runs])),
             wall_seconds=float(np.mean([r["spend"]["wall_seconds"] for r in runs])),
         )
@@ -127,18 +131,20 @@ def markdown_table(
     """The comparison table: best and final mean@k with 95% bootstrap CIs (means over seeds)."""
     at = f"mean@{k}" if k else "mean@k"
     header = (
-        f"| method | seeds | best {at} [95% CI] | final {at} [95% CI] | rollouts | test rollouts "
-        "| proposer tokens | weight-phase s | wall s |"
+        f"| method | seeds | best {at} [95% CI] | final {at} [95% CI] | rollouts | LM calls "
+        "| test rollouts | proposer tokens | weight-phase s | wall s |"
     )
-    rows = [header, "|" + "---|" * 9]
+    rows = [header, "|" + "---|" * 10]
     for s in summaries:
         best = s.best.cell() if s.best else "n/a"
         final = s.final.cell() if s.final else "n/a"
         rows.append(
-            f"| {s.method} | {seeds_cell(s)} | {best} | {final} | {s.rollouts:.0f} | {s.eval_rollouts:.0f} "
-            f"| {tokens_cell(s.proposer_tokens)} | {s.train_seconds:.1f} | {s.wall_seconds:.1f} |"
+            f"| {s.method} | {seeds_cell(s)} | {best} | {final} | {s.rollouts:.0f} "
+            f"| {count_cell(s.lm_calls)} | {s.eval_rollouts:.0f} | {count_cell(s.proposer_tokens)} "
+            f"| {s.train_seconds:.1f} | {s.wall_seconds:.1f} |"
         )
     note = f"\nBudget: {budget} rollouts per run. " if budget else "\n"
+    note += "LM calls: the policy's calls in those rollouts (a vote over n samples makes n a rollout). "
     note += "CIs: bootstrap over test tasks, averaged over seeds; ± is the spread over seeds.\n"
     if any(s.unfinished for s in summaries):
         note += "Final: finished runs only; an unfinished run resumes with the command that started it.\n"
