@@ -59,6 +59,7 @@ class Spend:
     proposer_tokens: int | None = 0
     """None once any harness iteration's proposer tokens were unknown."""
     rollout_tokens: int = 0
+    """The weight steps' rollout tokens (prompt and completion)."""
     rollout_calls: int | None = 0
     """The policy LM calls of the budget's rollouts, which the budget does not count: a harness that
     votes over five samples spends five a rollout. None once any step's calls were unknown."""

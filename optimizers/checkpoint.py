@@ -84,7 +84,7 @@ class RunState:
         return [weight_step_from_dict(u) for u in self.phase_units]
 
     def harness_units(self) -> list[HarnessIteration]:
-        return [HarnessIteration(**u) for u in self.phase_units]
+        return [HarnessIteration.from_dict(u) for u in self.phase_units]
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -92,7 +92,8 @@ class RunState:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunState:
         tuples = ("phase_units", "phases", "curve")
-        spend = Spend(**{"rollout_calls": None, **data["spend"]})  # absent: recorded before calls were counted
+        # A spend recorded before LM calls were counted has no rollout_calls: unknown, not 0.
+        spend = Spend(**{"rollout_calls": None, **data["spend"]})
         return cls(**{**data, **{k: tuple(data[k]) for k in tuples}, "spend": spend})
 
 
@@ -127,7 +128,7 @@ def _apply_unit(state: RunState, event: dict[str, Any]) -> RunState:
             adapter=adapter,
             phase_units=(*state.phase_units, signal),
         )
-    iteration = HarnessIteration(**signal)
+    iteration = HarnessIteration.from_dict(signal)
     return replace(
         state,
         spend=state.spend.add_harness(iteration, event["declared"]),

@@ -25,7 +25,7 @@ import itertools
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import fields, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -358,9 +358,7 @@ class MetaHarness(Teleprompter):
 
     @staticmethod
     def _signal_from_record(record: dict[str, Any]) -> HarnessIteration:
-        """An iteration's signal as recorded; a field added since (lm_calls) takes its default."""
-        known = {f.name for f in fields(HarnessIteration)} & record.keys()
-        return HarnessIteration(**{name: record[name] for name in known})
+        return HarnessIteration.from_dict(record)
 
     @staticmethod
     def _best_program(student: HarnessProgram, archive: HarnessArchive) -> HarnessProgram:

@@ -9,7 +9,7 @@ alternation's x-axis is rollouts whichever phase spent them.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from whale_dspy.records import AdapterRef
@@ -57,6 +57,12 @@ class HarnessIteration:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> HarnessIteration:
+        """An iteration as an event or the archive recorded it (the archive's record holds more); a
+        field added since (lm_calls) takes its default."""
+        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
 
 
 MAX_EMPTY_ITERATIONS = 3

@@ -17,9 +17,7 @@ def point(rollouts, mean, half=0.1, k=8):
 def report(method, curve, *, rollouts=None, tokens=0, wall=10.0, calls=None):
     rollouts = curve[-1]["rollouts"] if rollouts is None and curve else rollouts or 100
     spend = {"rollouts": rollouts, "eval_rollouts": 16 * len(curve), "proposer_tokens": tokens,
-             "weight_seconds": 5.0, "wall_seconds": wall}  # fmt: skip
-    if calls is not None:  # runs recorded before LM calls were counted have no such key
-        spend["rollout_calls"] = calls
+             "weight_seconds": 5.0, "wall_seconds": wall, "rollout_calls": calls}  # fmt: skip
     best = max(curve, key=lambda p: p["mean_at_k"]) if curve else None
     return {"method": method, "budget": 100, "spend": spend, "curve": curve, "best": best,
             "final": curve[-1] if curve else None, "finished": "budget spent"}  # fmt: skip

@@ -117,7 +117,7 @@ def summarize_methods(reports: Sequence[dict[str, Any]]) -> list[MethodSummary]:
             rollouts=float(np.mean([r["spend"]["rollouts"] for r in runs])),
             eval_rollouts=float(np.mean([r["spend"]["eval_rollouts"] for r in runs])),
             proposer_tokens=mean_count([r["spend"]["proposer_tokens"] for r in runs]),
-            lm_calls=mean_count([r["spend"].get("rollout_calls") for r in runs]),
+            lm_calls=mean_count([r["spend"]["rollout_calls"] for r in runs]),
             train_seconds=float(np.mean([r["spend"]["weight_seconds"] for r in runs])),
             wall_seconds=float(np.mean([r["spend"]["wall_seconds"] for r in runs])),
         )
