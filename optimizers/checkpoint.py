@@ -81,7 +81,7 @@ class RunState:
         return None if self.adapter is None else AdapterRef(**self.adapter)
 
     def weight_units(self) -> list[WeightStep]:
-        return [weight_step_from_dict(u) for u in self.phase_units]
+        return [WeightStep.from_dict(u) for u in self.phase_units]
 
     def harness_units(self) -> list[HarnessIteration]:
         return [HarnessIteration.from_dict(u) for u in self.phase_units]
@@ -95,11 +95,6 @@ class RunState:
         # A spend recorded before LM calls were counted has no rollout_calls: unknown, not 0.
         spend = Spend(**{"rollout_calls": None, **data["spend"]})
         return cls(**{**data, **{k: tuple(data[k]) for k in tuples}, "spend": spend})
-
-
-def weight_step_from_dict(data: dict[str, Any]) -> WeightStep:
-    adapter = data.get("adapter")
-    return WeightStep(**{**data, "adapter": AdapterRef(**adapter) if adapter else None})
 
 
 def _phase_ended(state: RunState, event: dict[str, Any]) -> RunState:
@@ -120,7 +115,7 @@ def _phase_ended(state: RunState, event: dict[str, Any]) -> RunState:
 def _apply_unit(state: RunState, event: dict[str, Any]) -> RunState:
     signal = event["signal"]
     if event["kind"] == WEIGHT_STEP:
-        step = weight_step_from_dict(signal)
+        step = WeightStep.from_dict(signal)
         adapter = signal["adapter"] or state.adapter
         return replace(
             state,

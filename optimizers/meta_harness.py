@@ -175,7 +175,7 @@ class MetaHarness(Teleprompter):
         archive.record_task(task_card(student.signature, student.tools_factory(tasks[0]), self.metric))
         records = archive.iteration_records()
         for record in records:
-            yield self._signal_from_record(record), self._best_program(student, archive)
+            yield HarnessIteration.from_dict(record), self._best_program(student, archive)
         for iteration in itertools.count(len(records)):
             started = time.perf_counter()
             before = self.proposer.usage()
@@ -355,10 +355,6 @@ class MetaHarness(Teleprompter):
             seconds=time.perf_counter() - started,
             lm_calls=sum(m.cost.lm_calls for m in metas),
         )
-
-    @staticmethod
-    def _signal_from_record(record: dict[str, Any]) -> HarnessIteration:
-        return HarnessIteration.from_dict(record)
 
     @staticmethod
     def _best_program(student: HarnessProgram, archive: HarnessArchive) -> HarnessProgram:

@@ -36,6 +36,12 @@ class WeightStep:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> WeightStep:
+        """A step as its event recorded it, the adapter back as an AdapterRef."""
+        adapter = data.get("adapter")
+        return cls(**{**data, "adapter": AdapterRef(**adapter) if adapter else None})
+
 
 @dataclass(frozen=True)
 class HarnessIteration:
