@@ -281,3 +281,16 @@ def test_inputs_are_validated(tmp_path):
         next(optimizer.iterations(object(), tasks()))
     with pytest.raises(ConfigError, match="smoke_tasks"):
         next(optimizer.iterations(student(), tasks(1)))
+
+
+def test_a_rejected_candidate_is_charged_the_lm_calls_it_made_before_failing(tmp_path):
+    calls_then_crashes = GOOD.replace(
+        "answer = self.predict(question=question).answer",
+        "self.predict(question=question)\n        raise RuntimeError('after one call')",
+    )
+    optimizer, _ = search(tmp_path, [[source(calls_then_crashes)]], smoke_tasks=2)
+    signals = take(optimizer, 2)
+    rejected = HarnessArchive(tmp_path / "archive").get("c0001")
+    assert (rejected.status, rejected.stage) == ("invalid", "smoke")
+    assert (rejected.cost.rollouts, rejected.cost.lm_calls) == (2, 2)  # one call in each smoke rollout
+    assert signals[1].lm_calls == 2 and signals[1].rollouts == 2

@@ -9,9 +9,11 @@ import json
 import pytest
 from rich.console import Console
 
+from optimizers.archive import META_FILE, SMOKE_FILE, TRACES_FILE
 from whale_cli import search
 from whale_dspy.errors import ConfigError
 from whale_dspy.evaluation import InProcessEvaluator
+from whale_dspy.jsonl import read_jsonl
 from whale_dspy.sandbox import SandboxedEvaluator
 from whale_dspy.testing.fake_backend import FakeBackend
 from whale_dspy.testing.scripted_lm import ScriptedLM
@@ -46,10 +48,19 @@ def test_search_on_a_fake_backend_writes_archive_and_test_report(tmp_path):
     backend = FakeBackend(ScriptedLM({"": {"reasoning": "add", "answer": "18"}}))
     assert search.search(setup, backend, args, Console(file=out, width=150)) == 0
     report = json.loads((tmp_path / "search_report.json").read_text())
-    assert [s["iteration"] for s in report["search"]["iterations"]] == [0, 1]
+    iterations = report["search"]["iterations"]
+    assert [s["iteration"] for s in iterations] == [0, 1]
+    # Every LM call of an iteration's candidates, smoke rollouts too, as their archived traces hold them.
+    archived = {i: 0 for i in (0, 1)}
+    for meta_file in (tmp_path / "archive").glob(f"c*/{META_FILE}"):
+        rows = [row for name in (SMOKE_FILE, TRACES_FILE) for row in read_jsonl(meta_file.parent / name)]
+        archived[json.loads(meta_file.read_text())["iteration"]] += sum(len(r["lm_calls"]) for r in rows)
+    assert [s["lm_calls"] for s in iterations] == [archived[0], archived[1]]
+    assert iterations[1]["lm_calls"] > iterations[1]["rollouts"]  # the catalogue's votes call more than once
     assert "h0" in report["test"] and report["test"]["h0"]["rollouts"] == 2
     assert (tmp_path / "archive" / "c0000" / "harness.py").exists()
     assert "Meta-Harness iterations" in out.getvalue() and "held-out test" in out.getvalue()
+    assert "LM calls" in out.getvalue()
 
 
 @pytest.mark.parametrize("contained", [True, False], ids=["sandboxed", "in-process"])

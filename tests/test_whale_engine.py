@@ -5,7 +5,16 @@ from __future__ import annotations
 import json
 
 import pytest
-from whale_helpers import FakeHarnessPhase, FakeWeightPhase, backend, compile_run, optimizer, student, tasks
+from whale_helpers import (
+    HARNESS_CALLS_PER_ROLLOUT,
+    FakeHarnessPhase,
+    FakeWeightPhase,
+    backend,
+    compile_run,
+    optimizer,
+    student,
+    tasks,
+)
 
 from optimizers.checkpoint import engine_events
 from optimizers.methods import get_method
@@ -51,6 +60,8 @@ def test_every_phase_ends_where_the_next_unit_no_longer_fits(tmp_path):
         spend = report.spend
         assert spend.rollouts <= 97 and spend.overspent == 0
         assert spend.rollouts == spend.weight_rollouts + spend.harness_rollouts
+        calls = spend.weight_rollouts + HARNESS_CALLS_PER_ROLLOUT * spend.harness_rollouts
+        assert spend.rollout_calls == calls
         assert sum(p.end_rollouts - p.start_rollouts for p in report.phases) == spend.rollouts
         last = report.phases[-1]
         assert last.reason in ("budget", "stage share")

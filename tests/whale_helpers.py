@@ -37,6 +37,9 @@ def build(signature, tools):
     return dspy.Predict(signature)
 """
 
+HARNESS_CALLS_PER_ROLLOUT = 2
+"""The fake harness phase's candidates call the LM twice a rollout (a vote); weight steps once."""
+
 
 class QA(dspy.Signature):
     question: str = dspy.InputField()
@@ -130,6 +133,7 @@ class FakeWeightPhase:
                 tokens=10,
                 rollouts=self.batch_size * self.k,
                 seconds=0.0,
+                lm_calls=self.batch_size * self.k,
             )
             parent = adapter
             yield signal, program.with_lm(self.server.lm(adapter.name), adapter.name)
@@ -185,6 +189,7 @@ class FakeHarnessPhase:
                 proposer_calls=0 if iteration == 0 else 1,
                 proposer_tokens=0 if iteration == 0 else 100,
                 seconds=0.0,
+                lm_calls=HARNESS_CALLS_PER_ROLLOUT * self.rollouts_per_iteration(searchset, iteration),
             )
             with log.open("a") as handle:
                 handle.write(json.dumps(record.to_dict()) + "\n")

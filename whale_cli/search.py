@@ -157,6 +157,7 @@ def iteration_table(report: Any) -> Table:
         "best so far",
         "best",
         "rollouts",
+        "LM calls",
         "prop. tokens",
     ):
         table.add_column(column, justify="right")
@@ -169,6 +170,7 @@ def iteration_table(report: Any) -> Table:
             f"{s.best_score:.3f}",
             s.best_name,
             str(s.rollouts),
+            count_cell(s.lm_calls),
             count_cell(s.proposer_tokens),
         )
     return table
