@@ -52,10 +52,12 @@ def test_search_on_a_fake_backend_writes_archive_and_test_report(tmp_path):
     assert [s["iteration"] for s in iterations] == [0, 1]
     # Every LM call of an iteration's candidates, smoke rollouts too, as their archived traces hold them.
     archived = {i: 0 for i in (0, 1)}
-    for meta_file in (tmp_path / "archive").glob(f"c*/{META_FILE}"):
+    meta_files = list((tmp_path / "archive").glob(f"c*/{META_FILE}"))
+    assert len(meta_files) == 3  # h0 and the two candidates
+    for meta_file in meta_files:
         rows = [row for name in (SMOKE_FILE, TRACES_FILE) for row in read_jsonl(meta_file.parent / name)]
         archived[json.loads(meta_file.read_text())["iteration"]] += sum(len(r["lm_calls"]) for r in rows)
-    assert [s["lm_calls"] for s in iterations] == [archived[0], archived[1]]
+    assert archived[0] > 0 and [s["lm_calls"] for s in iterations] == [archived[0], archived[1]]
     assert iterations[1]["lm_calls"] > iterations[1]["rollouts"]  # the catalogue's votes call more than once
     assert "h0" in report["test"] and report["test"]["h0"]["rollouts"] == 2
     assert (tmp_path / "archive" / "c0000" / "harness.py").exists()
