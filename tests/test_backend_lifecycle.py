@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import concurrent.futures
 import json
 import socket
@@ -218,3 +219,37 @@ def test_serve_ends_when_the_server_process_exits():
     server = ScriptedHealth([True] * 10, alive_s=12)
     assert watch(server, health_every_s=5, sleep=server.sleep) == "the server exited"
     assert server.checks == 2
+
+
+class StubServer:
+    """What `whale serve` needs of a server, without a process."""
+
+    served_name, url = "base", "http://127.0.0.1:1"
+
+    def __enter__(self) -> StubServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+@pytest.mark.parametrize("cpu", [True, False], ids=["cpu-build", "gpu-build"])
+def test_serve_warns_on_the_cpu_build_that_adapters_run_as_runtime_lora(tmp_path, monkeypatch, capsys, cpu):
+    import whale_dspy.backends
+    import whale_dspy.backends.vllm_server
+    from whale_cli import serve
+
+    monkeypatch.setattr(whale_dspy.backends, "VLLMServer", lambda *args, **kwargs: StubServer())
+    monkeypatch.setattr(whale_dspy.backends.vllm_server, "cpu_build", lambda: cpu)
+
+    def interrupted(server: object) -> str:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(serve, "watch", interrupted)
+    args = argparse.Namespace(
+        model="m", port=None, dtype=None, log=tmp_path / "vllm.log", adapter_store=None, thinking=None
+    )
+    assert serve.run(args) == 0
+    out = capsys.readouterr().out
+    assert "serving m as 'base'" in out
+    assert ("runtime LoRA" in out) == cpu

@@ -22,6 +22,15 @@ HEALTH_EVERY_S = 30.0
 HEALTH_FAILURES = 3
 """Consecutive failed /health checks that end `whale serve`: one slow answer is not a death."""
 
+CPU_RUNTIME_LORA_WARNING = (
+    "note: on vLLM's CPU build this server runs adapters as runtime LoRA, several times slower than "
+    "the base model (3.8 against 23.8 tokens/s on the 0.5B model, bench/RESULTS.md), and a request "
+    "for one slows every batch it joins. A run without --server-url starts its own server, which "
+    "merges its adapter into the weights; share this one between jobs on the base model."
+)
+"""Printed at start on the CPU build: sharing one CPU server between adapter jobs cost a search its
+comparison (bench/RESULTS.md, finding (2))."""
+
 
 class Watched(Protocol):
     def alive(self) -> bool: ...
@@ -66,7 +75,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from whale_dspy.backends import VLLMServer
-    from whale_dspy.backends.vllm_server import thinking_template_kwargs
+    from whale_dspy.backends.vllm_server import cpu_build, thinking_template_kwargs
 
     log = args.log or Path(tempfile.mkdtemp(prefix="whale-serve-")) / "vllm.log"
     server = VLLMServer(
@@ -79,6 +88,8 @@ def run(args: argparse.Namespace) -> int:
     )
     with server:
         print(f"serving {args.model} as '{server.served_name}' at {server.url}/v1 (log {log}); Ctrl-C stops")
+        if cpu_build():
+            print(CPU_RUNTIME_LORA_WARNING)
         try:
             reason = watch(server)
         except KeyboardInterrupt:
