@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 
 import dspy
+import pytest
 from rft_helpers import QA, TWO_CALLS, contains_answer, make_rft, program, reply, tasks
 
 from optimizers import RFTReport
@@ -133,3 +134,27 @@ def test_every_step_is_an_event_with_its_traces_and_distinct_rollout_ids(tmp_pat
     assert len(set(ids)) == len(ids)
     adapters = sorted(p.name for p in (rft.run_dir.path / "adapters").iterdir())
     assert adapters == [e["adapter"]["name"] for e in events]
+
+
+def answer_as_score(example: dspy.Example, pred: dspy.Prediction, trace: object = None) -> float:
+    """A partial-credit metric (as squad's f1): the answer is the score."""
+    return float(pred.answer)
+
+
+@pytest.mark.parametrize(
+    ("threshold", "alpha", "beta", "kept"),
+    [
+        # Per threshold: a score at it, two just above, one between 0 and it (0.6 also sits above 0.5).
+        (0.3, ("0.3", "0.35"), ("0.25", "0.31"), ("0.31", "0.35")),
+        (0.6, ("0.6", "0.65"), ("0.55", "0.7"), ("0.65", "0.7")),
+    ],
+)
+def test_the_weight_phase_trains_on_rollouts_scored_strictly_above_its_threshold(
+    tmp_path, threshold, alpha, beta, kept
+):
+    replies = {"QALPHA": [reply(answer=a) for a in alpha], "QBETA": [reply(answer=b) for b in beta]}
+    rft, _, trainer = make_rft(replies, tmp_path, metric=answer_as_score, accept_threshold=threshold)
+    signal, _ = next(rft.steps(program(), tasks("ALPHA", "BETA")))
+
+    assert (signal.accepted, signal.rollouts) == (2, 4)
+    assert sorted(ex.completion for ex in trainer.calls[0].examples) == [reply(answer=s) for s in kept]
