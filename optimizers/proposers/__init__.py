@@ -23,6 +23,7 @@ from optimizers.proposers.mechanism import MechanismProposer
 from optimizers.proposers.mutation import MutationProposer
 from whale_dspy.errors import ConfigError
 from whale_dspy.protocols import HarnessProposer
+from whale_dspy.untrusted_files import MAX_FILE_BYTES
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,8 @@ class ProposerOptions:
     make_lm: Callable[[str], dspy.BaseLM] = dspy.LM
     jail: Jail | None = DEFAULT_JAIL
     """What a `command:` proposer's agent may reach (the other proposers run no external program)."""
+    agent_max_file_bytes: int = MAX_FILE_BYTES
+    """The largest file a `command:` proposer's agent may leave as a candidate or its notes."""
 
 
 @dataclass(frozen=True)
@@ -77,7 +80,9 @@ PROPOSERS: dict[str, ProposerKind] = {
     "command": ProposerKind(
         "command:'CMD'",
         "an external coding agent, jailed, in a working folder ({workdir} in CMD)",
-        lambda command, o: CommandProposer(command, prompt_only=o.prompt_only, jail=o.jail),
+        lambda command, o: CommandProposer(
+            command, prompt_only=o.prompt_only, jail=o.jail, max_file_bytes=o.agent_max_file_bytes
+        ),
     ),
 }
 

@@ -27,6 +27,7 @@ from optimizers.proposers.usage import UsageMeter
 from whale_dspy.errors import ConfigError
 from whale_dspy.harness import HarnessSource
 from whale_dspy.records import ProposerUsage
+from whale_dspy.untrusted_files import MAX_FILE_BYTES, UntrustedFileError, list_untrusted, read_untrusted_text
 
 log = logging.getLogger(__name__)
 
@@ -66,20 +67,25 @@ class CommandProposer:
         timeout_s: float = 1800.0,
         prompt_only: bool = False,
         jail: Jail | None = DEFAULT_JAIL,
+        max_file_bytes: int = MAX_FILE_BYTES,
     ):
         """`jail`: what the agent may see besides its folder (its binary, configuration and API key
         go in `Jail(read_only=..., env=..., network=True)`); `jail=None` is the opt-in to run it
-        unjailed, with this process's whole filesystem and environment in reach."""
+        unjailed, with this process's whole filesystem and environment in reach. `max_file_bytes`:
+        the largest file it may leave in new/ (a larger one is refused)."""
         if not command.strip():
             raise ConfigError("CommandProposer needs a command line, e.g. \"claude -p 'read TASK.md'\"")
         if timeout_s <= 0:
             raise ConfigError(f"timeout_s must be > 0, got {timeout_s}")
+        if max_file_bytes <= 0:
+            raise ConfigError(f"max_file_bytes must be > 0, got {max_file_bytes}")
         if jail is not None:
             bubblewrap()  # ConfigError now, before any search, when it is missing
         self.command = command
         self.jail = jail
         self.timeout_s = timeout_s
         self.prompt_only = prompt_only
+        self.max_file_bytes = max_file_bytes
         self.meter = UsageMeter()
 
     def usage(self) -> ProposerUsage:
@@ -97,7 +103,7 @@ class CommandProposer:
             text = INSTRUCTIONS.format(task=task, parent=parent, k=k, new_dir=NEW_DIR)
             (workdir / TASK_FILE).write_text(text)
             self._run(workdir)
-            return self._collect(workdir / NEW_DIR, parent, archive)[:k]
+            return self._collect(workdir, parent, archive)[:k]
 
     def _run(self, workdir: Path) -> None:
         """Run the command in its own process group, killed whole on timeout; failures are recorded."""
@@ -137,18 +143,36 @@ class CommandProposer:
         log.warning("command proposer %s; output tail:\n%s", what, tail)
         self.meter.failed(f"{what}: {tail[-300:]}")
 
-    @staticmethod
-    def _collect(new_dir: Path, parent: str, archive: HarnessArchive) -> list[HarnessSource]:
+    def _collect(self, workdir: Path, parent: str, archive: HarnessArchive) -> list[HarnessSource]:
+        """Each `new/<name>.py` (and its notes) read back as an untrusted file; refusals are failures."""
+        try:
+            names = list_untrusted(workdir, NEW_DIR)
+        except UntrustedFileError as error:
+            self._refused(error)
+            return []
         sources = []
-        for path in sorted(new_dir.glob("*.py")):
-            notes = path.with_suffix(".txt")
-            lines = notes.read_text(errors="replace").splitlines() if notes.exists() else []
-            named = [line.split(":", 1)[1].strip() for line in lines if line.lower().startswith("parent:")]
-            own_parent = named[0] if named and named[0] in archive else parent
-            hypothesis = next((line for line in lines if not line.lower().startswith("parent:")), "")
-            code = path.read_text(errors="replace")
-            sources.append(HarnessSource(path.stem, code, own_parent, hypothesis.strip()))
+        for name in (n for n in names if n.endswith(".py")):
+            try:
+                sources.append(self._candidate(workdir, name[: -len(".py")], names, parent, archive))
+            except UntrustedFileError as error:
+                self._refused(error)
         return sources
+
+    def _candidate(
+        self, workdir: Path, stem: str, names: list[str], parent: str, archive: HarnessArchive
+    ) -> HarnessSource:
+        def read(name: str) -> str:
+            return read_untrusted_text(workdir, f"{NEW_DIR}/{name}", max_bytes=self.max_file_bytes)
+
+        lines = read(f"{stem}.txt").splitlines() if f"{stem}.txt" in names else []
+        named = [line.split(":", 1)[1].strip() for line in lines if line.lower().startswith("parent:")]
+        own_parent = named[0] if named and named[0] in archive else parent
+        hypothesis = next((line for line in lines if not line.lower().startswith("parent:")), "")
+        return HarnessSource(stem, read(f"{stem}.py"), own_parent, hypothesis.strip())
+
+    def _refused(self, error: UntrustedFileError) -> None:
+        log.warning("command proposer: refused what the agent left: %s", error)
+        self.meter.failed(f"refused what the agent left: {error}")
 
 
 def reported_tokens(output: str | None) -> int | None:

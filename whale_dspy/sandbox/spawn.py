@@ -28,6 +28,7 @@ from whale_dspy.sandbox.limits import (
     child_environment,
 )
 from whale_dspy.sandbox.wire import Channel
+from whale_dspy.untrusted_files import UntrustedFileError, read_untrusted
 
 SANDBOX_UID_BASE = 200_000
 """Children run as a random uid in [BASE, BASE + 100000): no files, no processes of their own."""
@@ -90,13 +91,14 @@ def spawn_child(limits: SandboxLimits) -> Child:
 
 
 def log_tail(path: Path) -> str:
-    """The end of the child's captured output (for crash reports)."""
+    """The end of the child's captured output (for crash reports), read as an untrusted file."""
     try:
-        with open(path, "rb") as handle:
-            handle.seek(max(0, os.path.getsize(path) - LOG_TAIL_BYTES))
-            return handle.read().decode(errors="replace").strip()
+        tail = read_untrusted(path.parent, path.name, max_bytes=LOG_TAIL_BYTES, tail=True)
+    except UntrustedFileError as error:
+        return f"(its output was refused: {error})"
     except OSError:
         return ""
+    return tail.decode(errors="replace").strip()
 
 
 def exit_failure(code: int, tail: str, limits: SandboxLimits) -> Exception:
