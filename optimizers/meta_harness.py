@@ -5,9 +5,13 @@ that reads an archive of every prior candidate's source, scores and raw
 traces. `iterations()` is the phase API the WHALE alternation drives (the
 caller decides when to stop); `compile()` runs the config's patience rule.
 
-Every candidate of a phase runs on the same search tasks with the same rollout
+Every candidate of a phase runs on the same feedback tasks with the same rollout
 ids (common random numbers), so score differences come from the code, not the
 draw; identical sources are deduplicated by digest instead of re-evaluated.
+Proposers read those tasks' traces and answers; the decision to adopt a
+candidate is made on other tasks (the selection slice, optimizers.harness_selection)
+by a race against the incumbent under the acceptance rule (optimizers.racing),
+and the phase's harness is the incumbent, not the best mean on what proposers saw.
 
 Candidate code is untrusted. The parent only parses it (syntax, allowlist,
 prompt-only checks on the syntax tree); loading it, building it from the
@@ -41,6 +45,14 @@ from optimizers.archive import (
     CandidateScores,
     HarnessArchive,
 )
+from optimizers.harness_selection import (
+    DECISIONS_FILE,
+    CachedScorer,
+    Slices,
+    chunk_record,
+    selection_folder,
+    split_search_tasks,
+)
 from optimizers.harness_validation import (
     CandidateRejected,
     check_evaluation,
@@ -49,14 +61,16 @@ from optimizers.harness_validation import (
     run_with_timeout,
 )
 from optimizers.meta_harness_config import MetaHarnessConfig, MetaHarnessReport, stop_reason
+from optimizers.racing import Decision, race
 from optimizers.signals import HarnessIteration
 from optimizers.task_card import task_card
 from whale_dspy.errors import BackendError, ConfigError
 from whale_dspy.evaluation import EvalReport
 from whale_dspy.harness import HarnessProgram, HarnessSource, rename
-from whale_dspy.jsonl import read_jsonl, to_jsonable
+from whale_dspy.jsonl import append_jsonl, read_jsonl, to_jsonable
 from whale_dspy.protocols import CandidateEvaluator, HarnessProposer
 from whale_dspy.records import Rollout, add_counts
+from whale_dspy.rollouts import task_id_of
 from whale_dspy.sandbox import ALLOWED_IMPORTS, SandboxedEvaluator, SandboxLimits
 from whale_dspy.seeding import derive_seed
 from whale_dspy.student import as_harness, check_metric
@@ -137,10 +151,10 @@ class MetaHarness(Teleprompter):
             if reason:
                 break
         archive = HarnessArchive(self.archive_dir)
-        winner = archive.best(1)
+        incumbent = history[-1].best_name if history else ROOT
         self.report = MetaHarnessReport(
             iterations=tuple(history),
-            best=winner[0] if winner else None,
+            best=archive.get(incumbent) if incumbent in archive else None,
             h0_score=archive.get(ROOT).scores.mean if ROOT in archive else 0.0,
             archive_dir=str(self.archive_dir),
             rollouts=sum(s.rollouts for s in history),
@@ -154,28 +168,43 @@ class MetaHarness(Teleprompter):
     # -- the phase API ----------------------------------------------------------------------
 
     def rollouts_per_iteration(self, searchset: Sequence[dspy.Example], iteration: int) -> int:
-        """Worst-case rollouts of one iteration: smoke plus search rollouts per candidate."""
+        """Worst-case rollouts of one iteration: each candidate's smoke, feedback and selection
+        rollouts, and the incumbent's selection rollouts in the race."""
         config = self.config
-        per_candidate = config.smoke_tasks + min(config.tasks, len(searchset)) * config.rollouts_per_task
-        return per_candidate * (1 if iteration == 0 else config.candidates)
+        feedback = min(config.tasks, len(searchset))
+        selection = min(config.selection_tasks, max(0, len(searchset) - feedback))
+        per_candidate = config.smoke_tasks + (feedback + selection) * config.rollouts_per_task
+        if iteration == 0:
+            return config.smoke_tasks + feedback * config.rollouts_per_task
+        return per_candidate * config.candidates + selection * config.rollouts_per_task
 
     def iterations(
         self, program: dspy.Module, searchset: Sequence[dspy.Example], *, archive_dir: Path | None = None
     ) -> Iterator[tuple[HarnessIteration, HarnessProgram]]:
-        """Iteration 0 scores the incoming harness; each later one archives M new candidates.
+        """Iteration 0 scores the incoming harness; each later one archives M new candidates and
+        decides, in a race on the selection slice, whether one replaces the incumbent.
 
         Reopening an archive replays its recorded iterations (same signals, no
         re-evaluation) and continues where it stopped. `archive_dir` overrides the
         constructor's, so the alternation gives every harness phase its own archive.
         """
-        student, lm, tasks = self._check_inputs(program, searchset)
+        student, lm, slices = self._check_inputs(program, searchset)
         archive = HarnessArchive(Path(archive_dir) if archive_dir is not None else self.archive_dir)
         self._check_root(archive, student.source)
-        archive.record_labels({str(task.get("task_id", "")): gold_fields(task) for task in tasks})
+        tasks = slices.feedback
+        archive.record_labels({task_id_of(task): gold_fields(task) for task in tasks})
         archive.record_task(task_card(student.signature, student.tools_factory(tasks[0]), self.metric))
+        selection_folder(archive.path).mkdir(parents=True, exist_ok=True)
+        slices.record(selection_folder(archive.path))
         records = archive.iteration_records()
+        decisions = {
+            d["iteration"]: d["decision"] for d in read_jsonl(selection_folder(archive.path) / DECISIONS_FILE)
+        }
+        incumbent = ROOT
         for record in records:
-            yield HarnessIteration.from_dict(record), self._best_program(student, archive)
+            signal = HarnessIteration.from_dict({**record, "decision": decisions.get(record["iteration"])})
+            incumbent = signal.best_name
+            yield signal, self._program(student, archive, incumbent)
         for iteration in itertools.count(len(records)):
             started = time.perf_counter()
             before = self.proposer.usage()
@@ -183,10 +212,27 @@ class MetaHarness(Teleprompter):
             for source in sources:
                 self._add_candidate(archive, source, iteration, student, lm, tasks)
             spent = self.proposer.usage().since(before)
-            signal = self._signal(archive, iteration, spent.calls, spent.tokens, started)
+            decision, scorer = self._decide(archive, iteration, incumbent, student, lm, slices)
+            if decision is not None and decision.adopted is not None:
+                incumbent = decision.adopted
+            signal = self._signal(archive, iteration, incumbent, decision, scorer, spent, started)
             errors = [*spent.failures, *([error] if error else [])]
-            archive.record_iteration({**signal.to_dict(), "proposer_errors": errors})
-            yield signal, self._best_program(student, archive)
+            self._record(archive, signal, errors)
+            yield signal, self._program(student, archive, incumbent)
+
+    @staticmethod
+    def _record(archive: HarnessArchive, signal: HarnessIteration, errors: list[str]) -> None:
+        """The iteration's record; its decision whole beside the archive, and in the archive without
+        the selection tasks' ids (proposers read the archive)."""
+        if signal.decision is not None:
+            append_jsonl(
+                selection_folder(archive.path) / DECISIONS_FILE,
+                {"iteration": signal.iteration, "decision": signal.decision},
+            )
+        shown = (
+            None if signal.decision is None else {**signal.decision, "tasks": len(signal.decision["tasks"])}
+        )
+        archive.record_iteration({**signal.to_dict(), "decision": shown, "proposer_errors": errors})
 
     def _check_inputs(self, student: dspy.Module, searchset: Sequence[dspy.Example]):
         check_metric(self.metric)
@@ -199,11 +245,18 @@ class MetaHarness(Teleprompter):
                 f"need at least one search task and smoke_tasks={self.config.smoke_tasks}; "
                 f"got {len(searchset)}"
             )
-        tasks = list(searchset)
-        if len(tasks) > self.config.tasks:
-            order = np.random.default_rng(self.config.seed).permutation(len(tasks))
-            tasks = [tasks[i] for i in sorted(order[: self.config.tasks])]
-        return program, lm, tasks
+        config = self.config
+        slices = split_search_tasks(
+            searchset, feedback=config.tasks, selection=config.selection_tasks, seed=config.seed
+        )
+        if len(slices.selection) < config.selection_tasks:
+            log.warning(
+                "the selection slice holds %d of the %d tasks asked for (the search set has %d)",
+                len(slices.selection),
+                config.selection_tasks,
+                len(searchset),
+            )
+        return program, lm, slices
 
     def _check_root(self, archive: HarnessArchive, source: HarnessSource) -> None:
         if ROOT in archive and archive.get(ROOT).digest != source.digest:
@@ -313,7 +366,7 @@ class MetaHarness(Teleprompter):
             return self.config.timeout_s
         return max(self.config.timeout_s, limits.candidate_seconds) + limits.startup_seconds + STAGE_GRACE_S
 
-    def _run(self, program, examples, lm, k: int, trace_path: Path):
+    def _run(self, program, examples, lm, k: int, trace_path: Path, namespace: str | None = None):
         """One guarded evaluator call; the namespace is shared so candidates see the same draws."""
 
         def call():
@@ -324,7 +377,7 @@ class MetaHarness(Teleprompter):
                     metric=self.metric,
                     lm=lm,
                     k=k,
-                    namespace=f"meta-harness/{derive_seed(self.config.seed)}",
+                    namespace=namespace or f"meta-harness/{derive_seed(self.config.seed)}",
                     trace_path=trace_path,
                     temperature=self.config.temperature,
                 )
@@ -336,31 +389,82 @@ class MetaHarness(Teleprompter):
 
         return run_with_timeout(call, self._stage_timeout(), f"evaluation of {program.source.name}")
 
+    # -- the decision -----------------------------------------------------------------------
+
+    def _decide(self, archive, iteration, incumbent, student, lm, slices: Slices):
+        """The race of this iteration's valid candidates against the incumbent; none at iteration 0."""
+        if iteration == 0:
+            return None, None
+        config, rule = self.config, self.config.decision_rule()
+        racers = [m.name for m in archive.candidates if m.iteration == iteration and m.valid]
+        ranks = {m.name: m.rank_key[1:] for m in archive.candidates}
+        if slices.selection:
+            folder = selection_folder(archive.path) / f"race-{iteration:03d}"
+            measure = functools.partial(self._measure_chunk, archive, student, lm, iteration)
+            scorer = CachedScorer(folder, slices.selection, measure)
+            score, task_ids = scorer, slices.ids()
+        else:  # deciding on the feedback tasks, on the scores their evaluation already recorded
+            scorer = None
+            task_ids = [task_id_of(t) for t in slices.feedback]
+            score = lambda name, ids: {t: archive.get(name).scores.per_task.get(t, 0.0) for t in ids}  # noqa: E731
+        decision = race(incumbent, racers, task_ids, score, rule, start=config.race_start, tie_breaks=ranks)
+        log.info(
+            "iteration %d: %s (%s)",
+            iteration,
+            f"adopted {decision.adopted}" if decision.adopted else f"kept {incumbent}",
+            decision.reason,
+        )
+        return decision, scorer
+
+    def _measure_chunk(self, archive, student, lm, iteration, name, examples, trace) -> dict[str, Any]:
+        """One contender on some selection tasks, with the race's own rollout ids: every contender
+        of a race shares the draws, and each race draws afresh (the incumbent is re-scored)."""
+        program = self._program(student, archive, name)
+        namespace = f"meta-harness/{derive_seed(self.config.seed)}/race-{iteration}"
+        try:
+            _, rollouts = self._run(program, examples, lm, self.config.rollouts_per_task, trace, namespace)
+        except CandidateRejected as rejected:  # broke on tasks it had not met: it scores 0 there
+            log.warning("%s failed in the race: %s", name, rejected)
+            rollouts = [Rollout.from_dict(row) for row in read_jsonl(trace)]
+            per_task = {task_id_of(t): [0.0] for t in examples}
+            return {**chunk_record(per_task, rollouts), "error": str(rejected)}
+        per_task: dict[str, list[float]] = {}
+        for rollout in rollouts:
+            per_task.setdefault(rollout.task_id, []).append(rollout.score)
+        return chunk_record(per_task, rollouts)
+
     # -- signals ----------------------------------------------------------------------------
 
-    def _signal(self, archive, iteration, calls, tokens, started) -> HarnessIteration:
+    def _signal(self, archive, iteration, incumbent, decision: Decision | None, scorer, spent, started):
         metas = [m for m in archive.candidates if m.iteration == iteration]
         valid = [m.scores.mean for m in metas if m.valid]
-        best = archive.best(1)
+        race_cost = scorer.cost if scorer is not None else None
         return HarnessIteration(
             iteration=iteration,
-            best_name=best[0].name if best else ROOT,
-            best_score=best[0].scores.mean if best else 0.0,
+            best_name=incumbent,
+            best_score=archive.get(incumbent).scores.mean if incumbent in archive else 0.0,
             iteration_best_score=max(valid, default=0.0),
             candidates=len(metas),
             valid=len(valid),
-            rollouts=sum(m.cost.rollouts for m in metas),
-            proposer_calls=calls,
-            proposer_tokens=tokens,
+            rollouts=sum(m.cost.rollouts for m in metas) + (race_cost.rollouts if race_cost else 0),
+            proposer_calls=spent.calls,
+            proposer_tokens=spent.tokens,
             seconds=time.perf_counter() - started,
-            lm_calls=sum(m.cost.lm_calls for m in metas),
+            lm_calls=sum(m.cost.lm_calls for m in metas) + (race_cost.lm_calls if race_cost else 0),
+            decision=None if decision is None else {**decision.to_dict(), "race": self._race_cost(race_cost)},
         )
 
     @staticmethod
-    def _best_program(student: HarnessProgram, archive: HarnessArchive) -> HarnessProgram:
-        """The best valid candidate as a program (the incoming harness when none is valid)."""
-        best = archive.best(1)
-        return student.with_source(archive.source(best[0].name) if best else student.source)
+    def _race_cost(cost) -> dict[str, int] | None:
+        if cost is None:
+            return None
+        return {key: getattr(cost, key) for key in ("rollouts", "lm_calls", "completion_tokens")}
+
+    @staticmethod
+    def _program(student: HarnessProgram, archive: HarnessArchive, name: str) -> HarnessProgram:
+        """A candidate as a program; the incoming harness keeps its own (vouched) source."""
+        source = student.source if name == ROOT or name not in archive else archive.source(name)
+        return student.with_source(source)
 
 
 def gold_fields(task: dspy.Example) -> dict[str, Any]:

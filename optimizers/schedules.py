@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any, ClassVar
 
-from optimizers.signals import HarnessIteration, WeightStep
+from optimizers.signals import HarnessIteration, WeightStep, iterations_since_improvement
 from whale_dspy.errors import ConfigError
 
 
@@ -95,8 +95,8 @@ class Patience:
     mean training reward has not beaten its best by more than `min_delta` for
     `weight_patience` steps, or after `weight_max` steps. Harness phase: after
     `harness_min` iterations (the incoming harness's evaluation included), stop
-    when the archive's best score has not improved by more than `min_delta` for
-    `harness_patience` iterations, or after `harness_max` iterations.
+    when no candidate has been adopted (a decision that cleared the acceptance rule)
+    for `harness_patience` iterations, or after `harness_max` iterations.
     """
 
     weight_burn_in: int = 3
@@ -150,8 +150,7 @@ class Patience:
             return True
         if len(iterations) < self.harness_min:
             return False
-        best = [i.best_score for i in iterations]
-        return steps_since_improvement(best, self.min_delta) >= self.harness_patience
+        return iterations_since_improvement(iterations, self.min_delta) >= self.harness_patience
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, **asdict(self)}

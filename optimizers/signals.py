@@ -59,7 +59,17 @@ class HarnessIteration:
     """None: unknown (an external agent that reported no usage), never counted as 0."""
     seconds: float
     lm_calls: int | None = None
-    """The policy LM calls of the candidates' rollouts; None: recorded before calls were counted."""
+    """The policy LM calls of the candidates' and the race's rollouts; None: recorded before calls
+    were counted."""
+    decision: dict[str, Any] | None = None
+    """The iteration's harness decision (optimizers.racing.Decision.to_dict): who raced on which
+    tasks, each paired gain, and what was adopted or why nothing was; None for the incoming
+    harness's iteration 0 and for records made before decisions were raced."""
+
+    @property
+    def adopted(self) -> bool | None:
+        """Whether the iteration adopted a candidate; None where no decision was recorded."""
+        return None if self.decision is None else self.decision.get("adopted") is not None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -69,6 +79,20 @@ class HarnessIteration:
         """An iteration as an event or the archive recorded it (the archive's record holds more); a
         field added since (lm_calls) takes its default."""
         return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
+
+
+def iterations_since_improvement(history: Sequence[HarnessIteration], min_delta: float = 0.0) -> int:
+    """Iterations since the phase's harness last improved: since the last adopted decision, so a
+    lead within noise that the acceptance rule refused is no improvement. An iteration recorded
+    before decisions were raced counts as improved when its best score beat the best before it by
+    more than min_delta (the rule those records were made under)."""
+    best, last = float("-inf"), 0
+    for index, signal in enumerate(history):
+        improved = signal.adopted if signal.adopted is not None else signal.best_score > best + min_delta
+        best = max(best, signal.best_score)
+        if improved or index == 0:
+            last = index
+    return len(history) - 1 - last
 
 
 MAX_EMPTY_ITERATIONS = 3

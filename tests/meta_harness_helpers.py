@@ -126,7 +126,7 @@ class ScriptedProposer:
 
 def archive_with(path, batches: Sequence[Sequence[HarnessSource]] = (), h0: str = TOY):
     """An archive holding h0 (TOY) plus the scripted batches, one iteration each, with real traces."""
-    config = MetaHarnessConfig(candidates=8, tasks=4, threads=2, timeout_s=30)
+    config = MetaHarnessConfig.paper(candidates=8, tasks=4, threads=2, timeout_s=30)
     optimizer = MetaHarness(
         proposer=ScriptedProposer(batches),
         metric=exact,

@@ -61,7 +61,7 @@ def test_meta_harness_searches_the_users_program_in_the_sandbox(tmp_path):
     seed = as_harness(student)
     terse = rewritten(seed, "Answer the question from the notes, in a few words.", TERSE)
     no_entry = HarnessSource("no_entry", seed.source.code.replace("def build(", "def make("), parent="c0000")
-    config = MetaHarnessConfig(
+    config = MetaHarnessConfig.paper(
         candidates=2, tasks=2, smoke_tasks=1, min_iterations=1, max_iterations=1, threads=2, timeout_s=60
     )
     optimizer = MetaHarness(
@@ -107,7 +107,7 @@ def test_demos_set_on_the_program_reach_every_rollout(tmp_path):
 
 def test_whale_optimizer_compiles_the_users_program(tmp_path):
     backend = server()
-    config = MetaHarnessConfig(candidates=1, tasks=2, smoke_tasks=1, threads=2, timeout_s=60)
+    config = MetaHarnessConfig.paper(candidates=1, tasks=2, smoke_tasks=1, threads=2, timeout_s=60)
     seed = as_harness(LookupQA(lookup, notes=1))
     meta = MetaHarness(
         proposer=ScriptedProposer([[rewritten(seed, "in a few words", "in one word")]] * 3),

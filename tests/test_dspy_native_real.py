@@ -29,7 +29,7 @@ def test_whale_compiles_a_users_program_on_the_embedded_model(merged_server, tmp
     rft_config = RFTConfig.cpu_embedded(
         batch_size=4, k=4, max_tokens=24, run_tag="user", training=LoraTrainingConfig(learning_rate=1e-3)
     )
-    search = MetaHarnessConfig(candidates=1, tasks=4, smoke_tasks=1, threads=4, timeout_s=300)
+    search = MetaHarnessConfig.paper(candidates=1, tasks=4, smoke_tasks=1, threads=4, timeout_s=300)
     whale = WhaleOptimizer(
         backend=merged_server,
         metric=echo_metric,

@@ -47,7 +47,7 @@ def release_hanging_threads():
 def config(**overrides) -> MetaHarnessConfig:
     base = dict(candidates=8, tasks=4, min_iterations=1, patience=1, max_iterations=3)
     base.update(timeout_s=30, threads=2)
-    return MetaHarnessConfig(**{**base, **overrides})
+    return MetaHarnessConfig.paper(**{**base, **overrides})
 
 
 def search(tmp_path, batches, **overrides) -> tuple[MetaHarness, ScriptedProposer]:

@@ -42,8 +42,9 @@ def test_bad_arguments_fail_before_any_server(argv, message):
 def test_search_on_a_fake_backend_writes_archive_and_test_report(tmp_path):
     argv = ("--domain", "math", "--tasks", "3", "--test-tasks", "2", "--iterations", "1", "--eval-k", "1")
     args = parse(*argv, "--candidates", "2", "--threads", "2", "--run-dir", str(tmp_path), "--no-sandbox")
+    args.selection_tasks = 4
     setup = search.prepare(args)
-    assert setup["source"].name == "math_h0" and len(setup["searchset"]) == 3
+    assert setup["source"].name == "math_h0" and len(setup["searchset"]) == 3 + 4
     out = io.StringIO()
     backend = FakeBackend(ScriptedLM({"": {"reasoning": "add", "answer": "18"}}))
     assert search.search(setup, backend, args, Console(file=out, width=150)) == 0
@@ -57,6 +58,10 @@ def test_search_on_a_fake_backend_writes_archive_and_test_report(tmp_path):
     for meta_file in meta_files:
         rows = [row for name in (SMOKE_FILE, TRACES_FILE) for row in read_jsonl(meta_file.parent / name)]
         archived[json.loads(meta_file.read_text())["iteration"]] += sum(len(r["lm_calls"]) for r in rows)
+    # ... and the race's, which decided iteration 1 on the selection slice beside the archive
+    raced = [row for f in (tmp_path / "archive-selection").glob("race-001/*.jsonl") for row in read_jsonl(f)]
+    assert len(raced) == iterations[1]["decision"]["race"]["rollouts"] > 0
+    archived[1] += sum(len(r["lm_calls"]) for r in raced)
     assert archived[0] > 0 and [s["lm_calls"] for s in iterations] == [archived[0], archived[1]]
     assert iterations[1]["lm_calls"] > iterations[1]["rollouts"]  # the catalogue's votes call more than once
     assert "h0" in report["test"] and report["test"]["h0"]["rollouts"] == 2

@@ -70,7 +70,7 @@ def student() -> HarnessProgram:
 
 def test_the_default_evaluator_is_the_sandbox(tmp_path):
     optimizer = MetaHarness(
-        proposer=ScriptedProposer([]), metric=exact, archive_dir=tmp_path, config=MetaHarnessConfig(threads=3)
+        proposer=ScriptedProposer([]), metric=exact, archive_dir=tmp_path, config=MetaHarnessConfig.paper(threads=3)
     )
     assert isinstance(optimizer.evaluator, SandboxedEvaluator)
     assert optimizer.evaluator.limits.task_seconds == TASK_SECONDS >= 300
@@ -88,7 +88,7 @@ def test_contained_search_archives_each_failure_and_keeps_the_parent_healthy(tmp
     children_before = set(children())  # e.g. the session's shared vLLM server
     modules_before = {name for name in sys.modules if name.startswith("whale_harness_")}
 
-    config = MetaHarnessConfig(
+    config = MetaHarnessConfig.paper(
         candidates=5, tasks=2, smoke_tasks=1, min_iterations=1, max_iterations=1, threads=2, timeout_s=60
     )
     batch = [source(code) for code in (GOOD, IMPORTS_OS, BUSY_LOOP, READS_ENV, RAISES)]

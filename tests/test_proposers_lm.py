@@ -87,7 +87,7 @@ def test_lm_proposer_retries_then_returns_fewer_and_records_why(archive):
 
 def test_an_lm_that_always_fails_gives_empty_iterations(tmp_path):
     proposer = LMProposer(ScriptedLM([]), retries=1)
-    config = MetaHarnessConfig(candidates=2, tasks=4, threads=2, timeout_s=30)
+    config = MetaHarnessConfig.paper(candidates=2, tasks=4, threads=2, timeout_s=30)
     optimizer = MetaHarness(
         proposer=proposer, metric=exact, archive_dir=tmp_path / "a", lm=lm(), config=config
     )
@@ -187,7 +187,7 @@ def test_unknown_proposer_tokens_stay_unknown_in_the_search_and_the_run(archive,
         metric=exact,
         archive_dir=tmp_path / "search",
         lm=lm(),
-        config=MetaHarnessConfig(candidates=1, tasks=2, smoke_tasks=0, min_iterations=1, max_iterations=1),
+        config=MetaHarnessConfig.paper(candidates=1, tasks=2, smoke_tasks=0, min_iterations=1, max_iterations=1),
     )
     signals = [signal for signal, _ in itertools.islice(optimizer.iterations(student(), tasks(2)), 2)]
     assert [s.proposer_tokens for s in signals] == [0, None]  # h0 costs no proposing; the agent's is unknown

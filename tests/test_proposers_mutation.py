@@ -182,7 +182,7 @@ def test_prompt_only_mutation_uses_instruction_edits_only(tmp_path):
 
 
 def test_mutation_search_runs_end_to_end(tmp_path):
-    config = MetaHarnessConfig(candidates=3, tasks=4, min_iterations=1, patience=1, max_iterations=2)
+    config = MetaHarnessConfig.paper(candidates=3, tasks=4, min_iterations=1, patience=1, max_iterations=2)
     optimizer = MetaHarness(
         proposer=MutationProposer(seed=0), metric=exact, archive_dir=tmp_path / "a", lm=lm(), config=config
     )

@@ -71,7 +71,7 @@ def test_evaluate_stops_at_a_dead_server_and_keeps_the_finished_rollouts(tmp_pat
 
 @pytest.mark.parametrize("contained", [False, True], ids=["in-process", "sandboxed"])
 def test_a_harness_search_ends_on_a_dead_server_instead_of_archiving_a_crash(tmp_path, contained):
-    config = MetaHarnessConfig(tasks=2, smoke_tasks=1, min_iterations=1, max_iterations=1, threads=1)
+    config = MetaHarnessConfig.paper(tasks=2, smoke_tasks=1, min_iterations=1, max_iterations=1, threads=1)
     evaluator = (
         sandboxed_evaluator(config, startup_seconds=60)
         if contained

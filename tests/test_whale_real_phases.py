@@ -61,7 +61,7 @@ def compile_real(run_dir, *, on_event=None, budget=70):
         proposer=MutationProposer(0),
         metric=exact,
         archive_dir=run_dir / "unused",
-        config=MetaHarnessConfig(candidates=2, tasks=3, smoke_tasks=1, threads=2, timeout_s=30),
+        config=MetaHarnessConfig.paper(candidates=2, tasks=3, smoke_tasks=1, threads=2, timeout_s=30),
         evaluator=InProcessEvaluator(threads=2, run_unvouched_in_process=True),
     )
     optimizer = WhaleOptimizer(

@@ -58,6 +58,33 @@ def proposer_help() -> str:
     return f"{PROPOSER_HELP} (MODEL 'served': the run's own served model)"
 
 
+def add_decision_arguments(parser: argparse.ArgumentParser) -> None:
+    """How a harness phase decides to adopt a candidate (MetaHarnessConfig's fields; its defaults)."""
+    from optimizers.acceptance import ACCEPTANCE_RULES
+    from optimizers.meta_harness_config import MetaHarnessConfig as Config
+
+    rules = "; ".join(f"{name}: {about}" for name, about in ACCEPTANCE_RULES.items())
+    parser.add_argument(
+        "--acceptance", choices=tuple(ACCEPTANCE_RULES), help=f"{rules} (default {Config.acceptance})"
+    )
+    parser.add_argument(
+        "--confidence", type=float,
+        help=f"the paired rule's one-sided confidence over a race (default {Config.confidence})",
+    )  # fmt: skip
+    parser.add_argument(
+        "--margin", type=float, help=f"the gain the paired lower bound must clear (default {Config.margin})"
+    )
+    parser.add_argument(
+        "--selection-tasks", dest="selection_tasks", type=int,
+        help="search tasks that only decide adoption, never shown to a proposer; 0 decides on the "
+        f"feedback tasks, as WHALE did (default {Config.selection_tasks})",
+    )  # fmt: skip
+    parser.add_argument(
+        "--race-start", dest="race_start", type=int,
+        help=f"tasks of a race's first round; rounds double (default {Config.race_start})",
+    )  # fmt: skip
+
+
 def add_run_arguments(parser: argparse.ArgumentParser, *, method: bool = True, schedule: bool = True) -> None:
     """The options `run`, `compare` and `study` share (defaults live in RunSettings)."""
     from optimizers.methods import METHODS
@@ -84,6 +111,7 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, method: bool = True, s
         help=f"harness proposer: {proposer_help()}",
     )
     add_agent_arguments(parser, defaults=False)
+    add_decision_arguments(parser)
     parser.add_argument("--preset", choices=tuple(PRESETS), help=f"phase sizes ({PRESET_HELP})")
     parser.add_argument(
         "--weight-share", dest="weight_share", type=float, help="stagewise: weight budget share"

@@ -22,6 +22,10 @@ from whale_dspy.rundir import RunDir
 log = logging.getLogger(__name__)
 
 
+DECISION_FIELDS = ("acceptance", "confidence", "margin", "selection_tasks", "race_start")
+"""RunSettings fields that are MetaHarnessConfig fields of the same name."""
+
+
 @dataclass(frozen=True)
 class RunSettings:
     """Everything `whale run` was asked for; one run directory holds exactly one of these."""
@@ -69,7 +73,18 @@ class RunSettings:
     """Each GPU's memory, for sizing a GPU preset's run; default what torch sees when the run starts
     (give it to size a run, or check a GPU settings file, on a machine without the GPUs)."""
 
-    LATER_FIELDS: ClassVar[tuple[str, ...]] = ("thinking", "gpu_memory_gib")
+    acceptance: str | None = None
+    confidence: float | None = None
+    margin: float | None = None
+    selection_tasks: int | None = None
+    race_start: int | None = None
+    """How harness phases decide (MetaHarnessConfig's fields of those names); None: its default."""
+
+    LATER_FIELDS: ClassVar[tuple[str, ...]] = (
+        "thinking",
+        "gpu_memory_gib",
+        *DECISION_FIELDS,
+    )
     """Fields added after runs were recorded: a record leaves them out while they hold their
     default, so a run recorded before them resumes (RunDir compares records key by key)."""
 
@@ -96,6 +111,11 @@ class RunSettings:
         object.__setattr__(self, "gpu_memory_gib", tuple(float(gib) for gib in self.gpu_memory_gib))
         if self.train_device is not None:
             self.rft_config()  # the trainer's config checks the device now, before anything starts
+        get_preset(self.preset).meta_harness_config(**self.decision())  # checks them before anything starts
+
+    def decision(self) -> dict[str, Any]:
+        """The harness decision settings given (MetaHarnessConfig fields); the rest take its defaults."""
+        return {key: getattr(self, key) for key in DECISION_FIELDS if getattr(self, key) is not None}
 
     @property
     def agent_jail(self) -> Any:

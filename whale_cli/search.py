@@ -25,10 +25,16 @@ from rich.console import Console
 from rich.table import Table
 
 from domains import DOMAIN_HELP
-from whale_cli.arguments import add_agent_arguments, add_model_argument, add_thinking_argument, proposer_help
+from whale_cli.arguments import (
+    add_agent_arguments,
+    add_decision_arguments,
+    add_model_argument,
+    add_thinking_argument,
+    proposer_help,
+)
 from whale_cli.eval import add_harness_arguments, load_adapter_folder
 from whale_cli.read_folder import TRACES_FILE, write_read
-from whale_cli.run_settings import agent_jail
+from whale_cli.run_settings import DECISION_FIELDS, agent_jail
 from whale_cli.wiring import DATA_SEED, proposer_lm
 from whale_dspy.backends import RemoteServer
 from whale_dspy.evaluation import InProcessEvaluator
@@ -57,6 +63,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help=proposer_help(),
     )
     add_agent_arguments(parser)
+    add_decision_arguments(parser)
     add_model_argument(parser)
     add_harness_arguments(parser)
     add_thinking_argument(parser)
@@ -70,7 +77,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--min-iterations", dest="min_iterations", type=int, default=None)
     parser.add_argument("--patience", type=int, default=2, help="stop after N iterations without a gain")
     parser.add_argument("--candidates", type=int, default=3, help="candidates per iteration (M)")
-    parser.add_argument("--tasks", type=int, default=8, help="harness-search tasks per candidate")
+    parser.add_argument(
+        "--tasks", type=int, default=8, help="feedback tasks: every candidate's, shown to the proposer"
+    )
     parser.add_argument("--test-tasks", dest="test_tasks", type=int, default=20, help="held-out test tasks")
     parser.add_argument("--eval-k", dest="eval_k", type=int, default=4, help="samples per test task")
     parser.add_argument("--prompt-only", dest="prompt_only", action="store_true", help="prompt edits only")
@@ -106,6 +115,7 @@ def prepare(args: argparse.Namespace) -> dict[str, Any]:
         prompt_only=args.prompt_only,
         seed=args.seed,
         threads=args.threads,
+        **{key: getattr(args, key) for key in DECISION_FIELDS if getattr(args, key) is not None},
     )
     return {
         "domain": domain,
@@ -122,7 +132,7 @@ def prepare(args: argparse.Namespace) -> dict[str, Any]:
                 ),
             ),
         ),
-        "searchset": domain.load("search", args.tasks, DATA_SEED),
+        "searchset": domain.load("search", config.tasks + config.selection_tasks, DATA_SEED),
         "testset": domain.load(TEST_SPLIT, args.test_tasks, DATA_SEED),
         "run_dir": args.run_dir or Path("runs") / f"search-{args.domain}-{time.strftime('%Y%m%d-%H%M%S')}",
     }
@@ -156,11 +166,12 @@ def iteration_table(report: Any) -> Table:
         "iter best",
         "best so far",
         "best",
+        "decision",
         "rollouts",
         "LM calls",
         "prop. tokens",
     ):
-        table.add_column(column, justify="right")
+        table.add_column(column, justify="left" if column == "decision" else "right")
     for s in report.iterations:
         table.add_row(
             str(s.iteration),
@@ -169,11 +180,24 @@ def iteration_table(report: Any) -> Table:
             f"{s.iteration_best_score:.3f}",
             f"{s.best_score:.3f}",
             s.best_name,
+            decision_cell(s.decision),
             str(s.rollouts),
             count_cell(s.lm_calls),
             count_cell(s.proposer_tokens),
         )
     return table
+
+
+def decision_cell(decision: dict[str, Any] | None) -> str:
+    """An iteration's decision in a few words: what was adopted with its paired gain, or why not."""
+    if decision is None:
+        return ""
+    gain = decision.get("gain")
+    if decision["adopted"] is None:
+        return f"kept: {decision['reason']}"
+    if gain is None or gain["low"] is None:
+        return f"adopted ({decision['reason']})"
+    return f"adopted {gain['gain']:+.3f} [{gain['low']:+.3f}, ...] on {gain['tasks']} tasks"
 
 
 def test_table(results: dict[str, Any], k: int) -> Table:

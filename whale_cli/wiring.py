@@ -195,7 +195,9 @@ def make_phases(settings: RunSettings, backend: InferenceBackend, metric: Callab
     rft_config = settings.rft_config(sizing)
     preset = get_preset(settings.preset)
     sized = {"threads": sizing.threads} if sizing else {}
-    meta_config = preset.meta_harness_config(seed=settings.seed, prompt_only=prompt_only, **sized)
+    meta_config = preset.meta_harness_config(
+        seed=settings.seed, prompt_only=prompt_only, **sized, **settings.decision()
+    )
     rft = RejectionSamplingFinetune(
         backend=backend,
         # A shared server may be sampling for other runs while this one trains (see LoraTrainer).

@@ -1,0 +1,148 @@
+"""Which search tasks a harness phase learns from and which decide: the two slices and their records.
+
+Proposers see the feedback slice's traces and gold answers (labels.json, demos, the guided
+proposer's reading of wrong answers). If the same tasks decided adoption, a candidate that
+memorised what it was shown would win on them. So the selection slice is scored only: its
+traces, scores and task list live in a folder beside the archive (`<archive>-selection`), which
+no proposer is given, and every harness decision is made on it.
+
+A race's scores are cached per contender and chunk of tasks (traces and a small JSON with the
+scores and what they cost), so a run that crashed mid-race resumes it without running any rollout
+twice and reaches the same decision, charged once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import dspy
+import numpy as np
+
+from whale_dspy.errors import ConfigError
+from whale_dspy.jsonl import atomic_write_json
+from whale_dspy.rollouts import task_id_of
+
+SLICES_FILE, DECISIONS_FILE = "slices.json", "decisions.jsonl"
+
+
+@dataclass(frozen=True)
+class Slices:
+    """A phase's search tasks split: what proposers may see, and what decides."""
+
+    feedback: list[dspy.Example]
+    selection: list[dspy.Example]
+    """In race order: a race's rounds are growing prefixes of it."""
+
+    def record(self, folder: Path) -> None:
+        atomic_write_json(
+            folder / SLICES_FILE,
+            {"feedback": [task_id_of(t) for t in self.feedback], "selection": self.ids()},
+        )
+
+    def ids(self) -> list[str]:
+        return [task_id_of(t) for t in self.selection]
+
+
+def split_search_tasks(
+    searchset: Sequence[dspy.Example], *, feedback: int, selection: int, seed: int
+) -> Slices:
+    """`feedback` tasks (the same draw the phase always made) and up to `selection` others.
+
+    A search set no larger than `feedback` is used whole, as before. `selection` 0 means decisions
+    are made on the feedback tasks (the paper's setting, kept to reproduce it).
+    """
+    tasks = list(searchset)
+    shuffled = len(tasks) > feedback
+    order = np.random.default_rng(seed).permutation(len(tasks)) if shuffled else np.arange(len(tasks))
+    shown = [tasks[i] for i in sorted(order[:feedback])]
+    decide = [tasks[i] for i in order[feedback : feedback + selection]]
+    if selection and not decide:
+        raise ConfigError(
+            f"the search set has {len(tasks)} tasks and the feedback slice takes {feedback}, leaving "
+            f"none to decide on (selection_tasks={selection}): give more search tasks, or "
+            "selection_tasks=0 to decide on the tasks the proposer sees"
+        )
+    ids = [task_id_of(t) for t in tasks]
+    if len(set(ids)) != len(ids):
+        raise ConfigError("search tasks must have distinct task ids: decisions pair scores by task")
+    return Slices(shown, decide)
+
+
+def selection_folder(archive_path: Path) -> Path:
+    """The folder beside an archive that holds its selection slice's records (never a proposer's)."""
+    return archive_path.with_name(archive_path.name + "-selection")
+
+
+@dataclass
+class ChunkCost:
+    """What the race's scoring spent, summed over the chunks it used (cached or measured)."""
+
+    rollouts: int = 0
+    lm_calls: int = 0
+    completion_tokens: int = 0
+    chunks: list[str] = field(default_factory=list)
+
+    def add(self, data: Mapping[str, Any], key: str) -> None:
+        self.rollouts += data["rollouts"]
+        self.lm_calls += data["lm_calls"]
+        self.completion_tokens += data.get("completion_tokens", 0)
+        self.chunks.append(key)
+
+
+Measure = Callable[[str, list[dspy.Example], Path], dict[str, Any]]
+"""Evaluates one contender on some tasks, writing traces to the path; returns the chunk record:
+`scores` (per task), `rollouts`, `lm_calls`, `completion_tokens`."""
+
+
+class CachedScorer:
+    """`racing.Score` over one race's folder: each (contender, chunk) is measured once."""
+
+    def __init__(self, folder: Path, tasks: Sequence[dspy.Example], measure: Measure):
+        self.folder = folder
+        self.by_id = {task_id_of(t): t for t in tasks}
+        self.measure = measure
+        self.cost = ChunkCost()
+
+    def __call__(self, name: str, task_ids: Sequence[str]) -> dict[str, float]:
+        if not task_ids:
+            return {}
+        digest = hashlib.sha256("\x1f".join(task_ids).encode()).hexdigest()[:12]
+        key = f"{name}-{len(task_ids):04d}-{digest}"
+        path = self.folder / f"{key}.json"
+        if path.exists():
+            data = json.loads(path.read_text())
+        else:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            trace = self.folder / f"{key}.jsonl"
+            trace.unlink(missing_ok=True)  # a chunk interrupted by a crash starts over
+            data = self.measure(name, [self.by_id[t] for t in task_ids], trace)
+            atomic_write_json(path, data)
+        self.cost.add(data, key)
+        return {task: float(score) for task, score in data["scores"].items()}
+
+
+def chunk_record(per_task: Mapping[str, Sequence[float]], rollouts: Sequence[Any]) -> dict[str, Any]:
+    """A chunk's record from an evaluation: per-task mean scores and what its rollouts spent."""
+    return {
+        "scores": {task: float(np.mean(scores)) for task, scores in per_task.items()},
+        "rollouts": len(rollouts),
+        "lm_calls": sum(r.turns for r in rollouts),
+        "completion_tokens": sum(r.completion_tokens for r in rollouts),
+    }
+
+
+__all__ = [
+    "DECISIONS_FILE",
+    "SLICES_FILE",
+    "CachedScorer",
+    "ChunkCost",
+    "Slices",
+    "chunk_record",
+    "selection_folder",
+    "split_search_tasks",
+]
