@@ -10,7 +10,8 @@ figure against the same model's plain throughput in the same run:
       the full forward+backward measured before and after the LoRA steps (A-B-A);
   (b) batch generation tokens/s (`generate`, greedy, fixed length) vs plain forward tokens/s;
   (c) adapter save_pretrained and PeftModel.from_pretrained (onto the base) latency, with a
-      check that the reloaded adapter gives the trained adapter's logits.
+      check that the reloaded adapter gives the trained adapter's logits;
+  (d) adapter keys on the Qwen3.5 shape and (e) the adapter-effect probe: gpu_check_adapters.py.
 Everything lands in OUT/gpu_check.json and OUT/gpu_check.md, rewritten after every part, so
 a run cut short keeps what it measured. A deadline (--budget-s) skips the parts that are left.
 Exits 2 with a clear message when there is no CUDA device (unless --tiny).
@@ -27,6 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from gpu_check_adapters import adapter_keys, adapter_probe, guarded
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -369,10 +372,16 @@ def main() -> int:
         gen = generation(check, args, model)
         gen["vs_forward_tokens_per_s"] = round(gen["new_tokens_per_s"] / fwd["tokens_per_s"], 4)
         check.record("batch generation (greedy)", gen)
-    check.data["complete"] = len(check.data["parts"]) == 7  # else the budget cut later parts
+    if check.time_left():
+        check.record("adapter keys (Qwen3.5 shape)", guarded(adapter_keys, check, args))
+    if check.time_left():
+        check.record("adapter-effect probe (PEFT)", guarded(adapter_probe, check, args, model))
+    parts = check.data["parts"].values()  # fewer than 9: the budget cut later parts
+    check.data["complete"] = len(parts) == 9 and not any("error" in figures for figures in parts)
+    check.data["ok"] = all(figures.get("ok", True) for figures in parts)  # a failed check, not a cut
     check.write()
     print(f"gpu_check: wrote {check.out / 'gpu_check.json'} and gpu_check.md in {check.data['elapsed_s']} s")
-    return 0 if check.data["complete"] else 1
+    return 0 if check.data["complete"] and check.data["ok"] else 1
 
 
 if __name__ == "__main__":

@@ -19,6 +19,8 @@ PARTS = (
     "adapter save / reload",
     "full forward+backward (A, after)",
     "batch generation (greedy)",
+    "adapter keys (Qwen3.5 shape)",
+    "adapter-effect probe (PEFT)",
 )
 
 
@@ -40,6 +42,14 @@ def test_the_tiny_run_measures_every_part_and_reloads_the_adapter_exactly(tmp_pa
     assert reload["max_abs_logit_diff"] == 0.0 and reload["adapter_effect_max_abs_logit"] > 0
     assert parts["batch generation (greedy)"]["new_tokens_per_s"] > 0
     assert "## batch generation (greedy)" in (tmp_path / "gpu_check.md").read_text()
+    keys = parts["adapter keys (Qwen3.5 shape)"]
+    assert keys["ok"] is True and keys["lora_modules"] > 0, keys
+    assert keys["keys_landing_in_vllm_class"] == keys["lora_modules"] and keys["unmapped_keys_landing"] == 0
+    assert keys["served_adapter_reread_max_abs_logit_diff"] == 0.0
+    probe = parts["adapter-effect probe (PEFT)"]
+    noise = probe["noise_threshold"]
+    assert probe["max_abs_dlogprob_trained"] > noise >= probe["max_abs_dlogprob_wrong_prefix"]
+    assert probe["ok"] is True and probe["probe_s"] > 0 and probe["lora_step_s"] > 0
 
 
 @pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="this machine has a GPU")

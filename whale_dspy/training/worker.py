@@ -19,18 +19,23 @@ from typing import Any
 
 from whale_dspy.errors import TrainingError
 from whale_dspy.records import SFTExample
+from whale_dspy.training.adapter_keys import AdapterKeyMap, architectures_of, key_map_for, write_served_keys
 from whale_dspy.training.config import LoraTrainingConfig
 from whale_dspy.training.sft_data import IGNORE, Encoded, encode_examples
 
 log = logging.getLogger("whale_dspy.training.worker")
 
 
-def load_model(base: str, parent: str | None, config: LoraTrainingConfig) -> Any:
-    """The base model with a trainable LoRA: the parent's weights when given, else a fresh one."""
+def load_model(
+    base: str, parent: str | None, config: LoraTrainingConfig, key_map: AdapterKeyMap | None = None
+) -> Any:
+    """The base model with a trainable LoRA: the parent's weights when given (read back from the
+    served names), else a fresh one. Refuses a LoRA whose modules the served names miss."""
     import torch
     from peft import LoraConfig, PeftModel, get_peft_model
     from transformers import AutoModelForCausalLM
 
+    key_map = key_map or key_map_for(architectures_of(base))
     torch.manual_seed(config.seed)
     model = AutoModelForCausalLM.from_pretrained(base, dtype=getattr(torch, config.dtype))
     model.to(config.device)
@@ -38,7 +43,8 @@ def load_model(base: str, parent: str | None, config: LoraTrainingConfig) -> Any
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if parent:
         log.info("continuing from parent adapter %s (its rank and target modules apply)", parent)
-        model = PeftModel.from_pretrained(model, parent, is_trainable=True)
+        mapping = key_map.load_mapping() or None  # None keeps PEFT's own conversion mapping
+        model = PeftModel.from_pretrained(model, parent, is_trainable=True, key_mapping=mapping)
     else:
         lora = LoraConfig(
             r=config.rank,
@@ -48,6 +54,11 @@ def load_model(base: str, parent: str | None, config: LoraTrainingConfig) -> Any
             task_type="CAUSAL_LM",
         )
         model = get_peft_model(model, lora)
+    missed = key_map.unmatched([name for name, _ in model.named_parameters() if ".lora_" in name])
+    if missed:
+        raise TrainingError(
+            f"{key_map.architecture}: LoRA modules {missed[:3]} have no served name ({key_map.source})"
+        )
     model.train()
     return model
 
@@ -130,12 +141,14 @@ def train_loop(
     return steps
 
 
-def save_adapter(model: Any, base: str, adapter_dir: Path) -> None:
-    """save_pretrained into a side folder, then rename: a half-written adapter never appears."""
+def save_adapter(model: Any, base: str, adapter_dir: Path, key_map: AdapterKeyMap) -> None:
+    """save_pretrained into a side folder, keys under the served names, then rename: a
+    half-written adapter never appears."""
     partial = adapter_dir.with_name(adapter_dir.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     model.peft_config["default"].base_model_name_or_path = base
     model.save_pretrained(str(partial))
+    write_served_keys(partial, key_map)
     partial.rename(adapter_dir)
 
 
@@ -144,6 +157,8 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     from transformers import AutoTokenizer
 
     started = time.monotonic()
+    key_map = key_map_for(architectures_of(spec["base"]))  # refuse before any training
+    log.info("adapter keys for %s: %s", key_map.architecture, key_map.source)
     config = LoraTrainingConfig.from_dict(spec["config"])
     raw = json.loads(Path(spec["examples"]).read_text())
     tokenizer = AutoTokenizer.from_pretrained(spec["base"])
@@ -154,12 +169,12 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     )
     if not data.examples:
         raise TrainingError(f"no example fits max_length={config.max_length}; raise max_length")
-    model = load_model(spec["base"], spec["parent"], config)
+    model = load_model(spec["base"], spec["parent"], config, key_map)
     pad_id = next((i for i in (tokenizer.pad_token_id, tokenizer.eos_token_id) if i is not None), 0)
     trained = time.monotonic()
     steps = train_loop(model, data.examples, config, pad_id)
     train_seconds = time.monotonic() - trained
-    save_adapter(model, spec["base"], Path(spec["adapter_dir"]))
+    save_adapter(model, spec["base"], Path(spec["adapter_dir"]), key_map)
     return {
         "loss": sum(s["loss"] for s in steps) / len(steps),
         "examples": len(data.examples),
