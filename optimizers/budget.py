@@ -1,18 +1,25 @@
 """Budget and cost accounting: rollouts are the x-axis, everything else is reported beside them.
 
 The rule, the same for every method: a weight step or harness iteration starts
-only if its worst-case rollout cost (the phase's own declared upper bound)
-fits in what is left of the phase's cap (the whole budget, or a stage's share
-for `stagewise`). A phase whose next unit does not fit ends there; so the
-optimization never spends more than its budget, and when a unit reports more
-rollouts than it declared, the overspend is logged and kept in the report,
-never hidden. Held-out test evaluations are counted apart (`eval_rollouts`)
-and never charged to the optimization budget.
+only if its worst-case cost (the phase's own declared upper bound in rollouts,
+in the budget's unit) fits in what is left of the phase's cap (the whole budget,
+or a stage's share for `stagewise`). A phase whose next unit does not fit ends
+there; when a unit reports more rollouts than it declared, the overspend is
+logged and kept in the report, never hidden. Held-out test evaluations are
+counted apart (`eval_rollouts`) and never charged to the optimization budget.
+
+The unit is one setting: rollouts (WHALE's), policy LM calls, or completion
+tokens. A harness that votes over five samples pays five calls a rollout under
+`calls`, in search, training and evaluation alike, so a search cannot buy accuracy
+with calls a rollout budget does not see. A unit's cost in calls or tokens is its
+rollouts times what a rollout has cost in this run so far (evaluations included),
+never less than one call or one token; spend beyond it is reported, not hidden.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -23,19 +30,40 @@ from whale_dspy.records import add_counts
 log = logging.getLogger(__name__)
 
 
+BUDGET_UNITS: dict[str, str] = {
+    "rollouts": "rollouts, however many LM calls each makes (WHALE's unit)",
+    "calls": "policy LM calls (a vote of five is five)",
+    "tokens": "policy completion tokens",
+}
+
+
 @dataclass(frozen=True)
 class Budget:
-    """The optimization budget in rollouts (weight-phase and harness-phase rollouts alike)."""
+    """The optimization budget: `amount` of `unit` (weight-phase and harness-phase rollouts alike)."""
 
-    rollouts: int
+    amount: int
+    unit: str = "rollouts"
 
     def __post_init__(self) -> None:
-        if not (type(self.rollouts) is int and self.rollouts >= 1):
-            raise ConfigError(f"budget must be an int >= 1 rollouts, got {self.rollouts!r}")
+        if self.unit not in BUDGET_UNITS:
+            raise ConfigError(f"unknown budget unit {self.unit!r}; valid: {', '.join(BUDGET_UNITS)}")
+        if not (type(self.amount) is int and self.amount >= 1):
+            raise ConfigError(f"budget must be an int >= 1 {self.unit}, got {self.amount!r}")
 
     def cap(self, share: float | None) -> int:
         """A stage's cap: `share` of the budget (stagewise), or all of it."""
-        return self.rollouts if share is None else int(self.rollouts * share)
+        return self.amount if share is None else int(self.amount * share)
+
+    def spent(self, spend: Spend) -> int:
+        """What the budget has counted so far, in its unit."""
+        value = {"rollouts": spend.rollouts, "calls": spend.rollout_calls, "tokens": spend.completion_tokens}
+        if value[self.unit] is None:
+            raise ConfigError(f"this run's records do not count {self.unit}: resume it under rollouts")
+        return value[self.unit]
+
+    def cost(self, rollouts: int, spend: Spend) -> int:
+        """A unit of `rollouts` worst-case rollouts in the budget's unit, at this run's rate so far."""
+        return math.ceil(rollouts * max(1.0, spend.per_rollout(self.unit)))
 
     @staticmethod
     def fits(spent: int, cost: int, cap: int) -> bool:
@@ -61,8 +89,14 @@ class Spend:
     rollout_tokens: int = 0
     """The weight steps' rollout tokens (prompt and completion)."""
     rollout_calls: int | None = 0
-    """The policy LM calls of the budget's rollouts, which the budget does not count: a harness that
+    """The policy LM calls of the budget's rollouts (what a `calls` budget counts): a harness that
     votes over five samples spends five a rollout. None once any step's calls were unknown."""
+    completion_tokens: int | None = 0
+    """The policy completion tokens of the budget's rollouts (what a `tokens` budget counts); None
+    once any unit's were unknown (recorded before they were counted)."""
+    eval_calls: int | None = 0
+    eval_completion_tokens: int | None = 0
+    """What the held-out evaluations' rollouts cost in calls and tokens (never charged)."""
     weight_seconds: float = 0.0
     harness_seconds: float = 0.0
     eval_seconds: float = 0.0
@@ -75,6 +109,7 @@ class Spend:
             weight_steps=self.weight_steps + 1,
             rollout_tokens=self.rollout_tokens + step.tokens,
             rollout_calls=add_counts(self.rollout_calls, step.lm_calls),
+            completion_tokens=add_counts(self.completion_tokens, step.completion_tokens),
             weight_seconds=self.weight_seconds + step.seconds,
         )
 
@@ -84,18 +119,36 @@ class Spend:
             harness_rollouts=self.harness_rollouts + iteration.rollouts,
             harness_iterations=self.harness_iterations + 1,
             rollout_calls=add_counts(self.rollout_calls, iteration.lm_calls),
+            completion_tokens=add_counts(self.completion_tokens, iteration.completion_tokens),
             proposer_calls=self.proposer_calls + iteration.proposer_calls,
             proposer_tokens=add_counts(self.proposer_tokens, iteration.proposer_tokens),
             harness_seconds=self.harness_seconds + iteration.seconds,
         )
 
-    def add_evaluation(self, rollouts: int, seconds: float) -> Spend:
+    def add_evaluation(
+        self, rollouts: int, seconds: float, calls: int | None = None, tokens: int | None = None
+    ) -> Spend:
+        """An evaluation's rollouts (its calls and completion tokens: None when not recorded)."""
         return replace(
             self,
             eval_rollouts=self.eval_rollouts + rollouts,
             evaluations=self.evaluations + 1,
             eval_seconds=self.eval_seconds + seconds,
+            eval_calls=add_counts(self.eval_calls, calls),
+            eval_completion_tokens=add_counts(self.eval_completion_tokens, tokens),
         )
+
+    def per_rollout(self, unit: str) -> float:
+        """What a rollout of this run has cost in `unit` so far, evaluations included (0: unknown)."""
+        if unit == "rollouts":
+            return 1.0
+        counts = {
+            "calls": (self.rollout_calls, self.eval_calls),
+            "tokens": (self.completion_tokens, self.eval_completion_tokens),
+        }[unit]
+        measured = [count for count in counts if count is not None]
+        rollouts = self.rollouts + self.eval_rollouts
+        return sum(measured) / rollouts if rollouts and measured else 0.0
 
     def add_wall(self, seconds: float) -> Spend:
         return replace(self, wall_seconds=self.wall_seconds + seconds)

@@ -93,7 +93,11 @@ class RunState:
     def from_dict(cls, data: dict[str, Any]) -> RunState:
         tuples = ("phase_units", "phases", "curve")
         # A spend recorded before LM calls were counted has no rollout_calls: unknown, not 0.
-        spend = Spend(**{"rollout_calls": None, **data["spend"]})
+        unknown = {
+            key: None
+            for key in ("rollout_calls", "completion_tokens", "eval_calls", "eval_completion_tokens")
+        }
+        spend = Spend(**{**unknown, **data["spend"]})
         return cls(**{**data, **{k: tuple(data[k]) for k in tuples}, "spend": spend})
 
 
@@ -158,7 +162,9 @@ def apply(state: RunState, event: dict[str, Any]) -> RunState:
             state,
             curve=(*state.curve, point),
             next_eval=event["next_eval"],
-            spend=state.spend.add_evaluation(event["eval_rollouts"], event["seconds"]),
+            spend=state.spend.add_evaluation(
+                event["eval_rollouts"], event["seconds"], event.get("eval_calls"), event.get("eval_tokens")
+            ),
         )
     if kind == RUN_FINISHED:
         return replace(state, finished=event["reason"])

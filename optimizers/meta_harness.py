@@ -340,7 +340,11 @@ class MetaHarness(Teleprompter):
                 stage=rejected.stage,
                 reason=rejected.reason,
                 error=str(rejected),
-                cost=CandidateCost(rollouts=len(spent), lm_calls=sum(r.turns for r in spent)),
+                cost=CandidateCost(
+                    rollouts=len(spent),
+                    lm_calls=sum(r.turns for r in spent),
+                    completion_tokens=sum(r.completion_tokens for r in spent),
+                ),
             )
         scores, cost = _scores_and_cost(report, rollouts, smoke)
         return replace(base, scores=scores, cost=cost)
@@ -451,6 +455,8 @@ class MetaHarness(Teleprompter):
             proposer_tokens=spent.tokens,
             seconds=time.perf_counter() - started,
             lm_calls=sum(m.cost.lm_calls for m in metas) + (race_cost.lm_calls if race_cost else 0),
+            completion_tokens=sum(m.cost.completion_tokens for m in metas)
+            + (race_cost.completion_tokens if race_cost else 0),
             decision=None if decision is None else {**decision.to_dict(), "race": self._race_cost(race_cost)},
         )
 

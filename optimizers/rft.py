@@ -281,6 +281,7 @@ class RejectionSamplingFinetune(Teleprompter):
             seconds=seconds,
             skipped=outcome.skipped,
             lm_calls=sum(r.turns for r in rollouts),
+            completion_tokens=sum(r.completion_tokens for r in rollouts),
         )
 
     def _record(self, signal: WeightStep, outcome: _Outcome, *, epoch: int, rollout_seconds: float) -> None:

@@ -32,6 +32,8 @@ class WeightStep:
     lm_calls: int | None = None
     """The policy LM calls of the step's rollouts (a vote of five makes five a rollout); None: a step
     recorded before calls were counted."""
+    completion_tokens: int | None = None
+    """The policy completion tokens of the step's rollouts; None: recorded before they were counted."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -61,6 +63,8 @@ class HarnessIteration:
     lm_calls: int | None = None
     """The policy LM calls of the candidates' and the race's rollouts; None: recorded before calls
     were counted."""
+    completion_tokens: int | None = None
+    """The policy completion tokens of those rollouts; None: recorded before they were counted."""
     decision: dict[str, Any] | None = None
     """The iteration's harness decision (optimizers.racing.Decision.to_dict): who raced on which
     tasks, each paired gain, and what was adopted or why nothing was; None for the incoming

@@ -93,13 +93,16 @@ class WhaleOptimizer(Teleprompter):
         on_event: Callable[[dict[str, Any]], None] | None = None,
         shared_evals: SharedEvaluations | None = None,
         sampling: dict[str, Any] | None = None,
+        budget_unit: str = "rollouts",
     ):
         """`sampling`: LM request settings (e.g. max_tokens) for every program this run binds and
         every checkpoint evaluation, so each checkpoint is measured under one completion budget
-        whichever phase produced its program (a weight phase binds its own sampling)."""
+        whichever phase produced its program (a weight phase binds its own sampling).
+        `budget_unit`: what `budget` counts, rollouts, policy LM `calls` or completion `tokens`
+        (optimizers.budget.BUDGET_UNITS)."""
         super().__init__()
         self.method = get_method(method) if isinstance(method, str) else method
-        self.budget = Budget(budget)
+        self.budget = Budget(budget, budget_unit)
         if not (type(eval_every) is int and eval_every >= 1) or not (type(eval_k) is int and eval_k >= 1):
             raise ConfigError(f"eval_every and eval_k must be ints >= 1, got {eval_every!r}, {eval_k!r}")
         phases = {WEIGHT: weight_phase, HARNESS: harness_phase}
@@ -165,7 +168,8 @@ class WhaleOptimizer(Teleprompter):
         return {
             "method": self.method.to_dict(),
             "schedule": self.schedule.to_dict(),
-            "budget": self.budget.rollouts,
+            "budget": self.budget.amount,
+            **({"budget_unit": self.budget.unit} if self.budget.unit != "rollouts" else {}),
             "eval_every": self.eval_every,
             "eval_k": self.eval_k,
             "sampling": self.sampling,
@@ -263,8 +267,9 @@ class WhaleOptimizer(Teleprompter):
         if self.method.repeat and driver.done(state):
             return "schedule"
         cap = self.budget.cap(self.method.share_of(kind))
-        if not Budget.fits(state.spend.rollouts, driver.cost(state), cap):
-            return "budget" if cap == self.budget.rollouts else "stage share"
+        cost = self.budget.cost(driver.cost(state), state.spend)
+        if not Budget.fits(self.budget.spent(state.spend), cost, cap):
+            return "budget" if cap == self.budget.amount else "stage share"
         return None
 
     def _driver(self, kind: str, data: _Data, run: RunDir) -> PhaseDriver:
@@ -297,7 +302,7 @@ class WhaleOptimizer(Teleprompter):
         with self.shared_evals.claim(key) if key is not None else contextlib.nullcontext():
             fields = self.shared_evals.get(key, trace) if key is not None else None
             if fields is not None:  # measured by another run: this run spent no rollouts or time on it
-                fields.update(eval_rollouts=0, seconds=0.0, shared=key)
+                fields.update(eval_rollouts=0, eval_calls=0, eval_tokens=0, seconds=0.0, shared=key)
             else:
                 fields = self._measure(program, data, namespace, trace)
                 if key is not None:
@@ -325,6 +330,8 @@ class WhaleOptimizer(Teleprompter):
             k=result.k,
             tasks=result.tasks,
             eval_rollouts=result.rollouts,
+            eval_calls=round(result.mean_turns * result.rollouts),
+            eval_tokens=result.completion_tokens,
             split=data.eval_split,
             per_task=result.per_task,
             seconds=result.seconds,

@@ -55,6 +55,7 @@ class WhaleReport:
     method: str
     schedule: str
     budget: int
+    budget_unit: str
     run_dir: str
     finished: str | None
     spend: Spend
@@ -75,6 +76,7 @@ def report_from_state(state: RunState, config: dict[str, Any], run_dir: Path) ->
         method=config["method"]["name"],
         schedule=schedule_from_dict(config["schedule"]).spec(),
         budget=config["budget"],
+        budget_unit=config.get("budget_unit", "rollouts"),
         run_dir=str(run_dir),
         finished=state.finished,
         spend=state.spend,

@@ -116,3 +116,29 @@ def test_whale_never_spends_past_the_budget_and_counts_exactly(tmp_path, budget)
     ]
     assert spend.harness_rollouts == sum(iteration_costs)
     assert spend.evaluations == (2 if spend.rollouts else 1)  # at 0 and at the end, never charged
+
+
+def test_a_vote_of_five_is_charged_five_calls_under_the_calls_unit(tmp_path):
+    """Harness-only, every candidate votes over five samples: a calls budget pays for all five."""
+    spend = {}
+    for unit in ("rollouts", "calls"):
+        server = backend()
+        opt = optimizer(
+            tmp_path / unit, server, harness=FakeHarnessPhase(calls_per_rollout=5), method="harness-only",
+            budget=60, budget_unit=unit, eval_every=1000,
+        )  # fmt: skip
+        spend[unit] = compile_run(opt, server).report.spend
+    assert spend["calls"].rollout_calls == 5 * spend["calls"].harness_rollouts <= 60
+    assert spend["rollouts"].harness_rollouts > spend["calls"].harness_rollouts
+    assert spend["rollouts"].rollout_calls == 5 * spend["rollouts"].harness_rollouts > 60
+
+
+def test_a_budget_in_calls_or_tokens_costs_a_unit_at_the_run_s_rate():
+    budget = Budget(100, "calls")
+    spend = Spend(rollouts=10, rollout_calls=50, eval_rollouts=10, eval_calls=10)
+    assert budget.spent(spend) == 50 and budget.cost(4, spend) == 12  # 3 calls a rollout so far
+    assert Budget(100, "calls").cost(4, Spend()) == 4  # nothing measured: at least a call a rollout
+    tokens = Spend(rollouts=2, completion_tokens=300)
+    assert Budget(1000, "tokens").spent(tokens) == 300 and Budget(1000, "tokens").cost(2, tokens) == 300
+    with pytest.raises(ConfigError, match="unknown budget unit"):
+        Budget(10, "dollars")

@@ -161,7 +161,9 @@ def test_the_harness_search_unvouches_what_a_proposer_returns(tmp_path):
         proposer=ScriptedProposer([[proposed]]),
         metric=lambda example, pred, trace=None: 0.0,
         archive_dir=tmp_path / "archive",
-        config=MetaHarnessConfig.paper(tasks=2, smoke_tasks=0, candidates=1, max_iterations=1, min_iterations=1),
+        config=MetaHarnessConfig.paper(
+            tasks=2, smoke_tasks=0, candidates=1, max_iterations=1, min_iterations=1
+        ),
         lm=ScriptedLM({"": {"answer": "4"}}),
         evaluator=Recording(threads=1, run_unvouched_in_process=True),
     )

@@ -70,7 +70,10 @@ def student() -> HarnessProgram:
 
 def test_the_default_evaluator_is_the_sandbox(tmp_path):
     optimizer = MetaHarness(
-        proposer=ScriptedProposer([]), metric=exact, archive_dir=tmp_path, config=MetaHarnessConfig.paper(threads=3)
+        proposer=ScriptedProposer([]),
+        metric=exact,
+        archive_dir=tmp_path,
+        config=MetaHarnessConfig.paper(threads=3),
     )
     assert isinstance(optimizer.evaluator, SandboxedEvaluator)
     assert optimizer.evaluator.limits.task_seconds == TASK_SECONDS >= 300

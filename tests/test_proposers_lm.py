@@ -187,7 +187,9 @@ def test_unknown_proposer_tokens_stay_unknown_in_the_search_and_the_run(archive,
         metric=exact,
         archive_dir=tmp_path / "search",
         lm=lm(),
-        config=MetaHarnessConfig.paper(candidates=1, tasks=2, smoke_tasks=0, min_iterations=1, max_iterations=1),
+        config=MetaHarnessConfig.paper(
+            candidates=1, tasks=2, smoke_tasks=0, min_iterations=1, max_iterations=1
+        ),
     )
     signals = [signal for signal, _ in itertools.islice(optimizer.iterations(student(), tasks(2)), 2)]
     assert [s.proposer_tokens for s in signals] == [0, None]  # h0 costs no proposing; the agent's is unknown

@@ -42,7 +42,7 @@ def test_summaries_average_over_seeds_in_first_seen_order():
 
 
 def test_markdown_table_has_one_row_per_method_with_cis():
-    text = markdown_table(summarize_methods(REPORTS), k=8, budget=100)
+    text = markdown_table(summarize_methods(REPORTS), k=8, budget="100 rollouts")
     lines = [line for line in text.splitlines() if line.startswith("| ")]
     assert len(lines) == 3 and "best mean@8" in lines[0]
     assert lines[1].startswith("| whale | 2 | 0.650 [0.550, 0.750] ±0.071 (seeds) | 0.600 [0.500, 0.700]")
@@ -53,7 +53,7 @@ def test_markdown_table_has_one_row_per_method_with_cis():
 def test_the_table_puts_each_methods_lm_calls_beside_its_rollouts_and_unknown_where_not_counted():
     voting = [report("whale", [point(0, 0.2), point(100, 0.5)], calls=500),
               report("whale", [point(0, 0.2), point(100, 0.7)], calls=300)]  # fmt: skip
-    text = markdown_table(summarize_methods([*voting, REPORTS[2]]), k=8, budget=100)
+    text = markdown_table(summarize_methods([*voting, REPORTS[2]]), k=8, budget="100 rollouts")
     whale, weight_only = [line.split(" | ") for line in text.splitlines() if line.startswith("| w")]
     assert whale[4:6] == ["100", "400"] and weight_only[4:6] == ["100", "unknown"]
     assert "| rollouts | LM calls |" in text

@@ -19,7 +19,9 @@ def search(tmp_path, proposer) -> MetaHarness:
         proposer=proposer,
         metric=exact,
         archive_dir=tmp_path / "archive",
-        config=MetaHarnessConfig.paper(tasks=2, smoke_tasks=0, min_iterations=10, patience=10, max_iterations=50),
+        config=MetaHarnessConfig.paper(
+            tasks=2, smoke_tasks=0, min_iterations=10, patience=10, max_iterations=50
+        ),
         evaluator=InProcessEvaluator(threads=2, run_unvouched_in_process=True),
     )
 

@@ -150,9 +150,10 @@ class FakeHarnessPhase:
         k: int = 2,
         crashes: Crashes | None = None,
         delay: float = 0.0,
+        calls_per_rollout: int = HARNESS_CALLS_PER_ROLLOUT,
     ):
         self.scores, self.m, self.k, self.crashes = scores, candidates, k, crashes or Crashes()
-        self.delay = delay
+        self.delay, self.calls_per_rollout = delay, calls_per_rollout
         self.calls: list[tuple[str, str]] = []
         self.done = 0  # global iteration counter for crash points (counts new work only)
 
@@ -189,7 +190,7 @@ class FakeHarnessPhase:
                 proposer_calls=0 if iteration == 0 else 1,
                 proposer_tokens=0 if iteration == 0 else 100,
                 seconds=0.0,
-                lm_calls=HARNESS_CALLS_PER_ROLLOUT * self.rollouts_per_iteration(searchset, iteration),
+                lm_calls=self.calls_per_rollout * self.rollouts_per_iteration(searchset, iteration),
             )
             with log.open("a") as handle:
                 handle.write(json.dumps(record.to_dict()) + "\n")

@@ -87,6 +87,7 @@ def add_decision_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_run_arguments(parser: argparse.ArgumentParser, *, method: bool = True, schedule: bool = True) -> None:
     """The options `run`, `compare` and `study` share (defaults live in RunSettings)."""
+    from optimizers.budget import BUDGET_UNITS
     from optimizers.methods import METHODS
 
     parser.add_argument(
@@ -100,7 +101,14 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, method: bool = True, s
         )
     if schedule:
         parser.add_argument("--schedule", help=schedule_help())
-    parser.add_argument("--budget", type=int, help=f"optimization rollouts (default {RunSettings.budget})")
+    parser.add_argument(
+        "--budget", type=int, help=f"optimization budget, in --budget-unit (default {RunSettings.budget})"
+    )
+    parser.add_argument(
+        "--budget-unit", dest="budget_unit", choices=tuple(BUDGET_UNITS),
+        help="what the budget counts (reports show all three): rollouts, policy LM calls or completion "
+        f"tokens (default {RunSettings.budget_unit})",
+    )  # fmt: skip
     add_model_argument(parser, default=None, shown=RunSettings.model)
     parser.add_argument("--eval-every", dest="eval_every", type=int, help="rollouts between test evaluations")
     parser.add_argument(

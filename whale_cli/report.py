@@ -62,7 +62,7 @@ def write_outputs(out_dir: Path, reports: Sequence[dict[str, Any]], *, title: st
     """report.json (every run), report.md (the table) and curve.png (accuracy against rollouts)."""
     atomic_write_json(out_dir / REPORT_JSON, list(reports) if len(reports) > 1 else reports[0])
     k = next((r["curve"][0]["k"] for r in reports if r["curve"]), None)
-    budgets = {r["budget"] for r in reports}
+    budgets = {f"{r['budget']} {r.get('budget_unit', 'rollouts')}" for r in reports}
     table = markdown_table(
         summarize_methods(reports), k=k, budget=budgets.pop() if len(budgets) == 1 else None
     )

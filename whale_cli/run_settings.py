@@ -73,6 +73,8 @@ class RunSettings:
     """Each GPU's memory, for sizing a GPU preset's run; default what torch sees when the run starts
     (give it to size a run, or check a GPU settings file, on a machine without the GPUs)."""
 
+    budget_unit: str = "rollouts"
+    """What `budget` counts: rollouts, policy LM calls or completion tokens (optimizers.budget)."""
     acceptance: str | None = None
     confidence: float | None = None
     margin: float | None = None
@@ -83,6 +85,7 @@ class RunSettings:
     LATER_FIELDS: ClassVar[tuple[str, ...]] = (
         "thinking",
         "gpu_memory_gib",
+        "budget_unit",
         *DECISION_FIELDS,
     )
     """Fields added after runs were recorded: a record leaves them out while they hold their
@@ -112,6 +115,9 @@ class RunSettings:
         if self.train_device is not None:
             self.rft_config()  # the trainer's config checks the device now, before anything starts
         get_preset(self.preset).meta_harness_config(**self.decision())  # checks them before anything starts
+        from optimizers.budget import Budget
+
+        Budget(self.budget, self.budget_unit)
 
     def decision(self) -> dict[str, Any]:
         """The harness decision settings given (MetaHarnessConfig fields); the rest take its defaults."""

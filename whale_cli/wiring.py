@@ -250,6 +250,7 @@ def make_optimizer(
         metric=data.domain.metric,
         schedule=parse_schedule(settings.schedule),
         budget=settings.budget,
+        budget_unit=settings.budget_unit,
         run_dir=run_dir,
         eval_every=settings.every,
         eval_k=settings.eval_k,

@@ -47,6 +47,8 @@ class MethodSummary:
     lm_calls: float | None
     """The policy LM calls of the budget's rollouts; None: unknown for at least one run (recorded
     before calls were counted)."""
+    completion_tokens: float | None
+    """The policy completion tokens of those rollouts; None: unknown for at least one run."""
     train_seconds: float
     wall_seconds: float
 
@@ -118,6 +120,7 @@ def summarize_methods(reports: Sequence[dict[str, Any]]) -> list[MethodSummary]:
             eval_rollouts=float(np.mean([r["spend"]["eval_rollouts"] for r in runs])),
             proposer_tokens=mean_count([r["spend"]["proposer_tokens"] for r in runs]),
             lm_calls=mean_count([r["spend"]["rollout_calls"] for r in runs]),
+            completion_tokens=mean_count([r["spend"].get("completion_tokens") for r in runs]),
             train_seconds=float(np.mean([r["spend"]["weight_seconds"] for r in runs])),
             wall_seconds=float(np.mean([r["spend"]["wall_seconds"] for r in runs])),
         )
@@ -126,25 +129,27 @@ def summarize_methods(reports: Sequence[dict[str, Any]]) -> list[MethodSummary]:
 
 
 def markdown_table(
-    summaries: Sequence[MethodSummary], *, k: int | None = None, budget: int | None = None
+    summaries: Sequence[MethodSummary], *, k: int | None = None, budget: str | None = None
 ) -> str:
     """The comparison table: best and final mean@k with 95% bootstrap CIs (means over seeds)."""
     at = f"mean@{k}" if k else "mean@k"
     header = (
         f"| method | seeds | best {at} [95% CI] | final {at} [95% CI] | rollouts | LM calls "
-        "| test rollouts | proposer tokens | weight-phase s | wall s |"
+        "| completion tokens | test rollouts | proposer tokens | weight-phase s | wall s |"
     )
-    rows = [header, "|" + "---|" * 10]
+    rows = [header, "|" + "---|" * 11]
     for s in summaries:
         best = s.best.cell() if s.best else "n/a"
         final = s.final.cell() if s.final else "n/a"
         rows.append(
             f"| {s.method} | {seeds_cell(s)} | {best} | {final} | {s.rollouts:.0f} "
-            f"| {count_cell(s.lm_calls)} | {s.eval_rollouts:.0f} | {count_cell(s.proposer_tokens)} "
+            f"| {count_cell(s.lm_calls)} | {count_cell(s.completion_tokens)} | {s.eval_rollouts:.0f} "
+            f"| {count_cell(s.proposer_tokens)} "
             f"| {s.train_seconds:.1f} | {s.wall_seconds:.1f} |"
         )
-    note = f"\nBudget: {budget} rollouts per run. " if budget else "\n"
-    note += "LM calls: the policy's calls in those rollouts (a vote over n samples makes n a rollout). "
+    note = f"\nBudget: {budget} per run. " if budget else "\n"
+    note += "LM calls and completion tokens: the policy's in those rollouts (a vote over n samples "
+    note += "makes n calls a rollout). "
     note += "CIs: bootstrap over test tasks, averaged over seeds; ± is the spread over seeds.\n"
     if any(s.unfinished for s in summaries):
         note += "Final: finished runs only; an unfinished run resumes with the command that started it.\n"
