@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from whale_dspy.backends.adapter_probe import Scores
 from whale_dspy.backends.lora_merge import LoraFactors, SafetensorsFolder, read_lora, replacement_weights
 from whale_dspy.backends.remote import PROVIDER
 from whale_dspy.backends.vllm_server import VLLMServer
@@ -56,15 +57,22 @@ class MergedAdapterServer(VLLMServer):
 
         self._base = SafetensorsFolder(resolve_model(self.model, cache_dir=self.cache_dir))
         super().start()
+        try:
+            self.probe.score_base()  # now, while it serves the base: later it would cost two swaps
+        except BaseException:
+            self.stop()
+            raise
 
     def load_adapter(self, ref: AdapterRef) -> None:
-        """Check the adapter, then serve it merged (the swap is timed into the caller's load time)."""
+        """Check the adapter, then serve it merged and check that it takes effect (adapter_probe). The
+        swap and the probe are timed into the caller's load time."""
         path = self._checked_adapter(ref)
         factors = read_lora(path)  # refuses what cannot be merged before it is served
         self._factors[ref.name] = factors
         self._remember(ref)
         try:
             self.gate.switch(ref.name)
+            self.probe.check(ref.name, path, model=self.model_label)
         except BackendError:
             del self._loaded[ref.name], self._factors[ref.name]  # the name stays used
             raise
@@ -74,6 +82,11 @@ class MergedAdapterServer(VLLMServer):
         """Forget an adapter (its name stays used); LMs bound to it fail from now on."""
         self._require_loaded(name)
         del self._loaded[name], self._factors[name]
+
+    def _probe_scores(self, weights: Weights) -> Scores:
+        """The probe's prompt scored on `weights`, held served through the gate like any call."""
+        with self.gate.serving(weights):
+            return super()._probe_scores(None)
 
     def _new_lm(self, adapter: str | None, *, cache: bool, **options: Any) -> dspy.LM:
         """Every LM is addressed as the base and bound to its weights instead (see weights_gate)."""

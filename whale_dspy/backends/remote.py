@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from whale_dspy.backends.adapter_probe import AdapterProbe, Scores, completion_scores, probe_request
 from whale_dspy.errors import BackendError
 from whale_dspy.records import AdapterRef
 
@@ -73,6 +74,7 @@ class RemoteServer:
         self.request_timeout_s = request_timeout_s
         self._loaded: dict[str, AdapterRef | None] = dict.fromkeys(adapters)
         self._used_names: set[str] = set(self._loaded)
+        self.probe = AdapterProbe(self._probe_scores)  # its results: what each load's check cost
 
     @property
     def url(self) -> str:
@@ -133,11 +135,23 @@ class RemoteServer:
         self.stop()
 
     def load_adapter(self, ref: AdapterRef) -> None:
-        """Load a PEFT adapter directory under ref.name (a name never used on this server before)."""
+        """Load a PEFT adapter directory under ref.name (a name never used on this server before), and
+        check that it takes effect (adapter_probe); one that does not is unloaded again."""
         path = self._checked_adapter(ref)
         self._post("/v1/load_lora_adapter", {"lora_name": ref.name, "lora_path": str(path)}, ref.name)
+        self._used_names.add(ref.name)
+        try:
+            self.probe.check(ref.name, path, model=self.model_label)
+        except BackendError:
+            self._post("/v1/unload_lora_adapter", {"lora_name": ref.name}, ref.name)
+            raise
         self._remember(ref)
         logger.info("loaded adapter %s from %s", ref.name, path)
+
+    @property
+    def model_label(self) -> str:
+        """The served model for messages: the base's folder or id where known, else its served name."""
+        return self.base_model or self.served_name
 
     def adopt_adapter(self, ref: AdapterRef) -> None:
         """Take as loaded an adapter the server already lists under ref.name (this run loaded it
@@ -170,6 +184,11 @@ class RemoteServer:
         register_dspy_provider()
         options = {"api_base": f"{self.url}/v1", "api_key": "EMPTY", "cache": cache}
         return self._new_lm(adapter, **options, **{**self.sampling, **sampling})
+
+    def _probe_scores(self, weights: str | None) -> Scores:
+        """The probe's prompt scored under an adapter (by name) or the base (None)."""
+        request = probe_request(weights or self.served_name)
+        return completion_scores(self._post("/v1/completions", request, weights or self.served_name).json())
 
     def _new_lm(self, adapter: str | None, **options: Any) -> dspy.LM:
         """The LM for `adapter` (None: the base), addressed by name."""

@@ -9,6 +9,9 @@ engine died: /health and completions answer 500 while the process runs on; POST
 /fake/fail_completions makes only completions answer 500. A load of a name it holds is refused (400)
 as vLLM refuses it, and a prompt saying REJECT gets a 400 (a harness's own failure). --delay S makes each
 completion take S seconds (calls in flight when a test kills it).
+
+Completions (`/v1/completions`) answer with vLLM's `prompt_logprobs`, moved by an adapter only where
+its keys land (fake_scores.py), so the adapter probe runs against it.
 """
 
 from __future__ import annotations
@@ -59,7 +62,10 @@ def main() -> None:
     parser.add_argument("--record", type=Path, default=None)
     parser.add_argument("--delay", type=float, default=0.0)
     args, _ = parser.parse_known_args()
+    from fake_scores import ADAPTER_SHIFT, completion, lands  # run as a script: its folder is on sys.path
+
     adapters: set[str] = set()
+    landed: set[str] = set()  # the adapters that change the fake model's scores
     engine_dead = threading.Event()
     completions_fail = threading.Event()
 
@@ -107,15 +113,20 @@ def main() -> None:
             elif self.path == "/v1/load_lora_adapter":  # vLLM refuses a name it holds already
                 self.reply(400, {"error": name}) if name in adapters else self.reply(200, "Success")
                 adapters.add(name)
+                if lands(body["lora_path"]):
+                    landed.add(name)
             elif self.path == "/v1/unload_lora_adapter":
                 self.reply(200, "Success") if name in adapters else self.reply(404, {"error": name})
                 adapters.discard(name)
+                landed.discard(name)
             elif "REJECT" in json.dumps(body.get("messages")):  # what a prompt too long gets
                 self.reply(400, {"error": {"message": "rejected: this prompt asks for it"}})
             elif engine_dead.is_set() or completions_fail.is_set():
                 self.reply(500, {"error": {"message": "EngineDeadError"}})
             elif name != args.served_model_name and name not in adapters:
                 self.reply(404, {"error": {"message": f"The model `{name}` does not exist."}})
+            elif self.path == "/v1/completions":
+                self.reply(200, completion(body, ADAPTER_SHIFT if name in landed else 0.0))
             else:
                 time.sleep(args.delay)
                 message = {"role": "assistant", "content": ANSWER}
