@@ -109,21 +109,17 @@ def test_a_cpu_training_takes_every_core_unless_told_otherwise(
     """Beside a run's own idle server two threads train faster; 1 beside a busy shared one;
     OMP_NUM_THREADS set by the user wins over both."""
     import os
-    import subprocess
+    import sys
 
     from whale_dspy.training.lora_trainer import LoraTrainer
 
-    seen = {}
-
-    def fake_run(command, *, env, **options):
-        seen["threads"] = env["OMP_NUM_THREADS"]
-        return subprocess.CompletedProcess(command, 0)
-
-    monkeypatch.setattr(subprocess, "run", fake_run)
+    seen = tmp_path / "threads"
+    record = "import os, sys; open(sys.argv[1], 'w').write(os.environ['OMP_NUM_THREADS'])"
     if environment is None:
         monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     else:
         monkeypatch.setenv("OMP_NUM_THREADS", environment)
-    LoraTrainer(cpu_threads=cpu_threads)._run_worker(tmp_path / "spec.json", tmp_path / "train.log")
+    trainer = LoraTrainer(cpu_threads=cpu_threads, launcher=[sys.executable, "-c", record, str(seen)])
+    trainer._run_worker(tmp_path / "spec.json", tmp_path / "train.log")  # the launcher runs no worker
     cores = str(len(os.sched_getaffinity(0)))
-    assert seen["threads"] == (cores if expected == "every core" else expected)
+    assert seen.read_text() == (cores if expected == "every core" else expected)

@@ -10,6 +10,7 @@ when present).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -26,6 +27,7 @@ from optimizers.proposers.jail import DEFAULT_JAIL, Jail, bubblewrap
 from optimizers.proposers.usage import UsageMeter
 from whale_dspy.errors import ConfigError
 from whale_dspy.harness import HarnessSource
+from whale_dspy.lifeline import Lifeline
 from whale_dspy.records import ProposerUsage
 from whale_dspy.untrusted_files import MAX_FILE_BYTES, UntrustedFileError, list_untrusted, read_untrusted_text
 
@@ -38,6 +40,8 @@ USAGE_FIELDS = re.compile(
 TOKENS_USED = re.compile(r"tokens used:?\s*([\d,]+)", re.IGNORECASE)
 """Codex CLI's closing line, `tokens used: 12,345`."""
 
+AGENT_GRACE_S = 1.0
+"""Between SIGTERM and SIGKILL for an agent whose caller died (its edits are thrown away anyway)."""
 TASK_FILE = "TASK.md"
 NEW_DIR = "new"
 INSTRUCTIONS = """# Task
@@ -122,6 +126,7 @@ class CommandProposer:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
         )
+        lifeline = Lifeline(process.pid, AGENT_GRACE_S)  # should this process die meanwhile
         try:
             output, _ = process.communicate(timeout=self.timeout_s)
         except subprocess.TimeoutExpired:
@@ -130,10 +135,11 @@ class CommandProposer:
             self.meter.called(reported_tokens(output))
             self._fail(f"timed out after {self.timeout_s:g} s", output)
             return
-        except BaseException:  # Ctrl-C or SIGTERM: the agent's own session must not outlive the run
-            os.killpg(process.pid, signal.SIGKILL)
+        finally:  # also on Ctrl-C or SIGTERM: nothing of the agent's group outlives its turn
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
             process.wait()
-            raise
+            lifeline.release()
         self.meter.called(reported_tokens(output))
         if process.returncode != 0:
             self._fail(f"exited with status {process.returncode}", output)

@@ -2,7 +2,9 @@
 
 vLLM forks engine workers; stopping only the parent leaves them holding GBs of
 memory and the CPU. Killing the whole group, also when the interpreter exits
-(a finalizer, not a caller's discipline), leaves no orphan.
+(a finalizer, not a caller's discipline), leaves no orphan; when this process
+is killed and no finalizer runs, the group's lifeline (`whale_dspy.lifeline`)
+stops it.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from whale_dspy.errors import BackendError
+from whale_dspy.lifeline import Lifeline, group_members
 
 logger = logging.getLogger(__name__)
 
@@ -65,19 +68,6 @@ def ensure_port_free(port: int) -> None:
             ) from None
 
 
-def group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) processes of a process group, read from /proc (Linux, like vLLM)."""
-    members = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue  # exited while we looked
-        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
-            members.append(int(stat.parent.name))
-    return members
-
-
 def _wait_group(proc: subprocess.Popen[bytes], timeout_s: float) -> bool:
     """Wait until the leader is reaped and no member of its group is left."""
     deadline = time.monotonic() + timeout_s
@@ -88,17 +78,21 @@ def _wait_group(proc: subprocess.Popen[bytes], timeout_s: float) -> bool:
     return False
 
 
-def _stop_group(proc: subprocess.Popen[bytes], grace_s: float) -> None:
-    """SIGTERM the whole group (pgid == leader pid), then SIGKILL whatever outlives grace_s."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            break
-        if _wait_group(proc, grace_s):
-            break
-        logger.warning("process group %d outlived %s for %.0f s", proc.pid, sig.name, grace_s)
-    proc.poll()
+def _stop_group(proc: subprocess.Popen[bytes], lifeline: Lifeline, grace_s: float) -> None:
+    """SIGTERM the whole group (pgid == leader pid), then SIGKILL whatever outlives grace_s; then
+    the group's watchdog is released."""
+    try:
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                break
+            if _wait_group(proc, grace_s):
+                break
+            logger.warning("process group %d outlived %s for %.0f s", proc.pid, sig.name, grace_s)
+        proc.poll()
+    finally:
+        lifeline.release()
 
 
 _started: weakref.WeakSet[ManagedProcess] = weakref.WeakSet()
@@ -144,8 +138,9 @@ class ManagedProcess:
                 env=self.env,
                 start_new_session=True,
             )
+        lifeline = Lifeline(self._proc.pid, self.grace_s)  # for a death no finalizer sees
         # Runs on stop(), on garbage collection and at interpreter exit, whichever comes first.
-        self._finalizer = weakref.finalize(self, _stop_group, self._proc, self.grace_s)
+        self._finalizer = weakref.finalize(self, _stop_group, self._proc, lifeline, self.grace_s)
         _started.add(self)
         logger.info("started pid %d: %s (log %s)", self._proc.pid, " ".join(self.argv), self.log_path)
 

@@ -8,7 +8,8 @@ the client really sent. POST /fake/kill_engine makes it act like a vLLM whose
 engine died: /health and completions answer 500 while the process runs on; POST
 /fake/fail_completions makes only completions answer 500. A load of a name it holds is refused (400)
 as vLLM refuses it, and a prompt saying REJECT gets a 400 (a harness's own failure). --delay S makes each
-completion take S seconds (calls in flight when a test kills it).
+completion take S seconds (calls in flight when a test kills it). --engine starts a child process
+that does nothing, as vLLM starts its engine core: a grandchild of whoever started the server.
 
 Completions (`/v1/completions`) answer with vLLM's `prompt_logprobs`, moved by an adapter only where
 its keys land (fake_scores.py), so the adapter probe runs against it.
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 import threading
 import time
@@ -28,20 +30,27 @@ from typing import Any
 ANSWER = '{"answer": "4"}'
 
 
-def command(record: Path | None = None, delay: float = 0.0) -> list[str]:
+def command(record: Path | None = None, delay: float = 0.0, engine: bool = False) -> list[str]:
     """The fake's command line for `VLLMServer(command=...)` (which appends vLLM's flags)."""
-    return [sys.executable, __file__, *(["--record", str(record)] if record else []), "--delay", str(delay)]
+    recording = ["--record", str(record)] if record else []
+    return [sys.executable, __file__, *recording, "--delay", str(delay), *(["--engine"] if engine else [])]
 
 
 def server(
-    model_dir: Path, log_path: Path, *, record: Path | None = None, delay: float = 0.0, **options: Any
+    model_dir: Path,
+    log_path: Path,
+    *,
+    record: Path | None = None,
+    delay: float = 0.0,
+    engine: bool = False,
+    **options: Any,
 ) -> Any:
     """A `VLLMServer` (not started) running this fake on `model_dir`, an empty folder made here that
     stands for the model (servers of one model share it)."""
     from whale_dspy.backends import VLLMServer
 
     Path(model_dir).mkdir(parents=True, exist_ok=True)
-    return VLLMServer(str(model_dir), log_path=log_path, command=command(record, delay), **options)
+    return VLLMServer(str(model_dir), log_path=log_path, command=command(record, delay, engine), **options)
 
 
 def embedded_or_fake(model: str, folder: Path, *, fake: bool) -> Any:
@@ -61,9 +70,12 @@ def main() -> None:
     parser.add_argument("--model", default="fake-model")
     parser.add_argument("--record", type=Path, default=None)
     parser.add_argument("--delay", type=float, default=0.0)
+    parser.add_argument("--engine", action="store_true")
     args, _ = parser.parse_known_args()
     from fake_scores import ADAPTER_SHIFT, completion, lands  # run as a script: its folder is on sys.path
 
+    if args.engine:  # holds no reference to stop it: it goes only with its process group, as vLLM's does
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
     adapters: set[str] = set()
     landed: set[str] = set()  # the adapters that change the fake model's scores
     engine_dead = threading.Event()

@@ -26,12 +26,15 @@ from filelock import FileLock
 
 import whale_dspy
 from whale_dspy.errors import TrainingError
+from whale_dspy.lifeline import run_in_group
 from whale_dspy.records import AdapterRef, SFTExample, TrainResult
 from whale_dspy.training.config import LoraTrainingConfig
 
 log = logging.getLogger(__name__)
 
 LOG_TAIL_LINES = 40
+WORKER_GRACE_S = 5.0
+"""How long a worker left behind by a dead caller gets between SIGTERM and SIGKILL."""
 
 CPU_TRAINING_LOCK = Path(tempfile.gettempdir()) / "whale-dspy-cpu-training.lock"
 """CPU trainings on one machine take turns: two study workers training the 0.5B model at once
@@ -159,9 +162,14 @@ class LoraTrainer:
         turn = FileLock(CPU_TRAINING_LOCK) if self.config.device == "cpu" else contextlib.nullcontext()
         with turn, log_path.open("w") as log_file:
             try:
-                code = subprocess.run(
-                    command, stdout=log_file, stderr=subprocess.STDOUT, env=env, timeout=self.timeout_s
-                ).returncode
+                code = run_in_group(
+                    command,
+                    timeout_s=self.timeout_s,
+                    grace_s=WORKER_GRACE_S,
+                    stdout=log_file,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                )
             except subprocess.TimeoutExpired as exc:
                 raise TrainingError(
                     f"training ran past timeout_s={self.timeout_s} and was killed; "
