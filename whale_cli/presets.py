@@ -54,7 +54,8 @@ def _gpu_rft(**overrides: Any) -> Any:
 
 
 PRESETS: dict[str, Preset] = {
-    "cpu": Preset("the embedded models on a few CPU cores", _cpu_rft, {"tasks": 8}),
+    # 8 feedback tasks, and a race of 8, 16 and 32 selection tasks for each harness decision
+    "cpu": Preset("the embedded models on a few CPU cores", _cpu_rft, {"tasks": 8, "selection_tasks": 32}),
     # one wave of concurrent rollouts per candidate (WHALE's own searched 256 tasks); a sized run
     # lays its threads over these
     "gpu": Preset(
