@@ -144,6 +144,20 @@ def test_a_gpu_settings_file_is_checked_and_sized_on_cpu(tmp_path: Path, capsys)
         read_settings_file(path)
 
 
+def test_harness_decision_settings_come_from_the_file_and_flags_and_are_checked(tmp_path, capsys) -> None:
+    path = tmp_path / "decide.toml"
+    path.write_text('domain = "math"\nacceptance = "strict"\nselection_tasks = 16\nbudget_unit = "calls"\n')
+    assert main(["config", "show", "--config", str(path), "--confidence", "0.9"]) == 0
+    shown = capsys.readouterr().out
+    block = shown.split("# resolved", 1)[1].splitlines()[1:]
+    harness = json.loads("\n".join(line.removeprefix("# ") for line in block))["harness_phase"]
+    assert (harness["acceptance"], harness["selection_tasks"], harness["confidence"]) == ("strict", 16, 0.9)
+    assert RunSettings(**read_settings_file(_written(tmp_path, shown))).budget_unit == "calls"
+    path.write_text('domain = "math"\nacceptance = "best"\n')
+    with pytest.raises(ConfigError, match="unknown acceptance rule"):
+        RunSettings(**read_settings_file(path))
+
+
 def _model_folder(tmp_path: Path, shape: dict) -> Path:
     """A model folder that holds only what sizing reads: its config.json."""
     model = tmp_path / "model"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import asdict
 from typing import Any
 
 from whale_cli.arguments import add_run_arguments, add_seed_argument
@@ -54,6 +55,10 @@ def show_settings(settings: RunSettings) -> None:
     elif get_preset(settings.preset).sized_on_gpu:  # a GPU file checked where no GPU is
         resolved["gpu_sizing"] = "not sized here: give --gpu-memory-gib, or run where the GPUs are"
     resolved["weight_phase"] = settings.rft_config(sizing).to_dict()
+    sized = {"threads": sizing.threads} if sizing is not None else {}
+    preset = get_preset(settings.preset)
+    harness = preset.meta_harness_config(seed=settings.seed, **sized, **settings.decision())
+    resolved["harness_phase"] = asdict(harness)  # its feedback and selection tasks, and how it decides
     print("\n# resolved (not settings: derived from the preset and the settings above):")
     for line in json.dumps(resolved, indent=2).splitlines():
         print(f"# {line}")
