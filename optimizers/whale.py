@@ -189,6 +189,7 @@ class WhaleOptimizer(Teleprompter):
         recorder.record(
             RUN_RESUMED if recorder.state.events else RUN_STARTED,
             rollouts=recorder.state.spend.rollouts,
+            spent=self.budget.spent(recorder.state.spend),  # in the budget's unit
             served_model=self.backend.served_model(),  # what ran, on this machine, this time
             serving=self.backend.serving(),
             environment=environment(),
@@ -226,16 +227,17 @@ class WhaleOptimizer(Teleprompter):
         if kind is None:
             recorder.record(RUN_FINISHED, reason="method complete")
             return program
+        if state.phases and state.phases[-1]["units"] == 0 and state.phases[-1]["reason"] == "budget":
+            # read from the state, so a run killed right after that phase ended finishes the same way
+            recorder.record(RUN_FINISHED, reason="budget spent")
+            return program
         cycle = self.method.cycle_of(state.position)
         if not state.phase_open:
             recorder.record(
                 PHASE_STARTED, phase=kind, position=state.position, cycle=cycle, harness=state.harness
             )
         program, reason = self._drive(recorder, program, self._driver(kind, data, recorder.run), kind, data)
-        units = len(recorder.state.phase_units)
         recorder.record(PHASE_ENDED, phase=kind, cycle=cycle, reason=reason)
-        if units == 0 and reason == "budget":
-            recorder.record(RUN_FINISHED, reason="budget spent")
         return program
 
     def _drive(

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 
 import pytest
 
 from whale_dspy.errors import ConfigError
-from whale_dspy.jsonl import append_jsonl, atomic_write_json, read_jsonl
+from whale_dspy.jsonl import append_jsonl, atomic_write_json, atomic_write_text, read_jsonl
 from whale_dspy.rundir import RunDir
 
 
@@ -34,6 +35,34 @@ def test_atomic_write_replaces_whole_files(tmp_path):
     atomic_write_json(path, {"a": 2})
     assert path.read_text().strip().endswith("}") and '"a": 2' in path.read_text()
     assert [p.name for p in tmp_path.iterdir()] == ["state.json"]
+
+
+def test_a_write_killed_half_way_leaves_the_previous_file_whole(tmp_path):
+    """RLIMIT_FSIZE kills the writer (SIGXFSZ) after its first kilobyte: a deterministic kill mid-write.
+    A plain `open(path, "w")` write would leave the file truncated to that kilobyte."""
+    path = tmp_path / "checkpoint.json"
+    atomic_write_json(path, {"events": 7})
+    before = path.read_text()
+    script = (
+        "import resource, signal\n"
+        "from pathlib import Path\n"
+        "from whale_dspy.jsonl import atomic_write_json\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_DFL)  # Python ignores it; the kernel's default kills\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (1024, 1024))\n"
+        f"atomic_write_json(Path({str(path)!r}), {{'events': 8, 'pad': 'x' * 100000}})\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True)
+    assert done.returncode == -signal.SIGXFSZ
+    assert path.read_text() == before
+
+
+def test_a_write_that_fails_half_way_leaves_the_previous_file_and_no_temporary(tmp_path):
+    path = tmp_path / "state.txt"
+    atomic_write_text(path, "old\n")
+    with pytest.raises(UnicodeEncodeError):
+        atomic_write_text(path, "new" * 10000 + "\udc80")  # a lone surrogate: UTF-8 cannot encode it
+    assert path.read_text() == "old\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["state.txt"]
 
 
 def test_run_dir_reopens_same_config_and_refuses_a_different_one(tmp_path):

@@ -6,11 +6,20 @@ import json
 
 import pytest
 from rundir_helpers import written_by_another_process
-from whale_helpers import Crash, Crashes, FakeHarnessPhase, FakeWeightPhase, backend, compile_run, optimizer
+from whale_helpers import (
+    Crash,
+    Crashes,
+    FakeHarnessPhase,
+    FakeWeightPhase,
+    backend,
+    compile_run,
+    optimizer,
+)
 
 from optimizers.checkpoint import CHECKPOINT_FILE, engine_events
 from optimizers.schedules import Fixed
 from whale_dspy.errors import ConfigError
+from whale_dspy.evaluation import InProcessEvaluator
 from whale_dspy.rundir import RunDir
 
 VOLATILE = {"time", "elapsed", "seconds"}
@@ -145,3 +154,88 @@ def test_a_torn_last_event_and_a_stale_checkpoint_are_recovered(tmp_path, refere
     resumed, _, _ = run(run_dir, crashes)
     assert stable_events(run_dir) == events
     assert stable_report(resumed.report) == stable_report(report)
+
+
+class CrashAfterEvent:
+    """An `on_event` listener: the run dies right after the n-th event of a kind is recorded and
+    checkpointed, before the engine's next step (a kill at a phase change), once."""
+
+    def __init__(self, kind: str, n: int):
+        self.kind, self.n, self.seen = kind, n, 0
+
+    def __call__(self, event: dict) -> None:
+        if event["kind"] == self.kind:
+            self.seen += 1
+            if self.seen == self.n:
+                raise Crash(f"scripted crash after {self.kind} #{self.n}")
+
+
+class CrashMidEvaluation:
+    """The checkpoint evaluator, killed at its n-th scored rollout (Ctrl-C/SIGTERM unwinds as
+    KeyboardInterrupt), once: the evaluation has recorded part of its trace and no event. One thread,
+    so which rollouts were recorded before the kill is fixed."""
+
+    limits = None
+
+    def __init__(self, n: int):
+        self.inner, self.n, self.scored = InProcessEvaluator(threads=1, run_unvouched_in_process=True), n, 0
+
+    def evaluate(self, program, examples, *, metric, **options):
+        def killed_at_n(example, prediction, trace=None):
+            self.scored += 1
+            if self.scored == self.n:
+                raise KeyboardInterrupt
+            return metric(example, prediction, trace)
+
+        return self.inner.evaluate(program, examples, metric=killed_at_n, **options)
+
+
+def assert_resumes_to(reference, run_dir, resumed) -> None:
+    report, events = reference
+    assert stable_report(resumed.report) == stable_report(report)
+    assert stable_events(run_dir) == events
+
+
+@pytest.mark.parametrize("kind", ["phase_started", "phase_ended"])
+def test_a_kill_at_every_phase_change_resumes_to_the_uninterrupted_run(reference, tmp_path, kind):
+    _, events = reference
+    changes = sum(event["kind"] == kind for event in events)
+    assert changes >= 4
+    for n in range(1, changes + 1):
+        crash = CrashAfterEvent(kind, n)
+        with pytest.raises(Crash):
+            run(tmp_path / f"{kind}-{n}", on_event=crash)
+        resumed, _, _ = run(tmp_path / f"{kind}-{n}", on_event=crash)
+        assert_resumes_to(reference, tmp_path / f"{kind}-{n}", resumed)
+
+
+def test_a_kill_during_a_checkpoint_evaluation_redoes_it_whole(reference, tmp_path):
+    """Each evaluation scores 2 test tasks x k=2; the 6th rollout is the second evaluation's second."""
+    evaluator = CrashMidEvaluation(6)
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path / "run", evaluator=evaluator)
+    traces = sorted((tmp_path / "run" / "evals").glob("*.jsonl"))
+    assert [len(path.read_text().splitlines()) for path in traces] == [4, 1]  # a part of the second
+    resumed, _, _ = run(tmp_path / "run", evaluator=evaluator)
+    assert_resumes_to(reference, tmp_path / "run", resumed)
+    traces = sorted((tmp_path / "run" / "evals").glob("*.jsonl"))
+    assert len(traces) > 2 and all(len(path.read_text().splitlines()) == 4 for path in traces)
+
+
+def test_a_checkpoint_ahead_of_its_event_log_is_refolded_from_the_log(reference, tmp_path, caplog):
+    """The log lost its last events (a copy, a restored backup) while the checkpoint counts them:
+    the checkpoint is not trusted, the log is refolded, and the lost units are done again."""
+    crashes = Crashes({("harness", 2, "before")})
+    run_dir = tmp_path / "run"
+    with pytest.raises(Crash):
+        run(run_dir, crashes)
+    log = run_dir / "events.jsonl"
+    lines = log.read_text().splitlines(keepends=True)
+    units = [
+        i for i, line in enumerate(lines) if json.loads(line)["kind"] in ("weight_step", "harness_iteration")
+    ]
+    log.write_text("".join(lines[: units[-2]]))  # the last two units are gone from the log only
+    assert json.loads((run_dir / CHECKPOINT_FILE).read_text())["events"] > len(engine_events(RunDir(run_dir)))
+    resumed, _, _ = run(run_dir, crashes)
+    assert "checkpoint is ahead of the event log" in caplog.text
+    assert_resumes_to(reference, run_dir, resumed)
