@@ -297,3 +297,26 @@ def test_the_trainer_takes_one_core_beside_a_shared_server_and_all_beside_its_ow
     own = make_optimizer(settings, tmp_path / "b", VLLMServer("m", log_path=tmp_path / "log"), data)
     assert shared.weight_phase.trainer.cpu_threads == 1
     assert own.weight_phase.trainer.cpu_threads == len(os.sched_getaffinity(0))
+
+
+def test_progress_counts_the_budget_s_unit_and_prints_each_harness_decision():
+    import io
+
+    from rich.console import Console
+
+    from whale_cli.run import RunProgress
+
+    out = io.StringIO()
+    progress = RunProgress(
+        Console(file=out, width=200), RunSettings(domain="math", budget=100, budget_unit="calls")
+    )
+    decision = {
+        "adopted": "c0002",
+        "reason": "cleared paired on 16 tasks",
+        "gain": {"gain": 0.2, "low": 0.05, "tasks": 16},
+    }
+    signal = {"rollouts": 10, "lm_calls": 50, "decision": decision}
+    progress({"kind": "harness_iteration", "signal": signal})
+    task = progress.progress.tasks[progress.rollouts]
+    assert task.completed == 50 and "calls" in task.description  # a vote of five: five calls a rollout
+    assert "harness decision: adopted +0.200 [+0.050, ...] on 16 tasks" in out.getvalue()

@@ -29,6 +29,7 @@ from rich.progress import (
 from whale_cli.arguments import add_run_arguments, add_seed_argument
 from whale_cli.report import print_phases, print_summary, write_outputs
 from whale_cli.run_settings import RunSettings
+from whale_cli.search import decision_cell
 from whale_cli.settings_file import given_settings
 from whale_cli.wiring import RunData, load_data, make_backend, make_optimizer, student_of
 from whale_dspy.errors import ConfigError
@@ -99,18 +100,25 @@ class RunProgress:
             TimeRemainingColumn(),
             console=console,
         )
-        self.rollouts = self.progress.add_task(f"{settings.method} rollouts", total=settings.budget)
+        self.unit = {"rollouts": "rollouts", "calls": "lm_calls", "tokens": "completion_tokens"}[
+            settings.budget_unit
+        ]
+        self.rollouts = self.progress.add_task(
+            f"{settings.method} {settings.budget_unit}", total=settings.budget
+        )
         self.phase = self.progress.add_task("phase", total=None)
 
     def __call__(self, event: dict[str, Any]) -> None:
         kind = event["kind"]
         if kind in ("run_started", "run_resumed"):
-            self.progress.update(self.rollouts, completed=event["rollouts"])
+            self.progress.update(self.rollouts, completed=event.get("spent", event["rollouts"]))
         elif kind == "phase_started":
             self.progress.reset(self.phase, description=f"{event['phase']} phase (cycle {event['cycle']})")
         elif kind in ("weight_step", "harness_iteration"):
-            self.progress.advance(self.rollouts, event["signal"]["rollouts"])
+            self.progress.advance(self.rollouts, event["signal"].get(self.unit) or 0)
             self.progress.advance(self.phase)
+            if event["signal"].get("decision"):
+                self.progress.console.print(f"harness decision: {decision_cell(event['signal']['decision'])}")
         elif kind == "evaluation":
             where = f"{event['harness']}, {event['adapter'] or 'base'}"
             truncated = event.get("truncated_calls", 0)  # absent from runs recorded before the count
