@@ -145,3 +145,13 @@ def test_the_reader_refuses_sockets_escapes_and_reads_a_logs_tail(tmp_path):
     assert read_untrusted_text(tmp_path, "log") == "0123456789"
     os.symlink("log", tmp_path / "alias")
     assert list_untrusted(tmp_path) == ["alias", "log", "sock"]
+
+
+def test_only_the_tail_of_an_agents_output_is_read_back(archive):
+    """Its output goes to a file, not into this process's memory; the last max_file_bytes are read."""
+    flood = "echo 'tokens used: 5'; head -c 5000 /dev/zero | tr '\\0' a; echo; echo last words; exit 3"
+    proposer = CommandProposer(flood, max_file_bytes=1000)
+    assert proposer.propose(archive, 1) == []
+    [failure] = proposer.usage().failures
+    assert "status 3" in failure and "last words" in failure
+    assert proposer.usage().tokens is None  # the line that said so was past the tail

@@ -10,13 +10,10 @@ when present).
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
 import re
 import shlex
 import shutil
-import signal
 import subprocess
 import tempfile
 from pathlib import Path
@@ -27,9 +24,15 @@ from optimizers.proposers.jail import DEFAULT_JAIL, Jail, bubblewrap
 from optimizers.proposers.usage import UsageMeter
 from whale_dspy.errors import ConfigError
 from whale_dspy.harness import HarnessSource
-from whale_dspy.lifeline import Lifeline
+from whale_dspy.lifeline import run_in_group
 from whale_dspy.records import ProposerUsage
-from whale_dspy.untrusted_files import MAX_FILE_BYTES, UntrustedFileError, list_untrusted, read_untrusted_text
+from whale_dspy.untrusted_files import (
+    MAX_FILE_BYTES,
+    UntrustedFileError,
+    list_untrusted,
+    read_untrusted,
+    read_untrusted_text,
+)
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +45,8 @@ TOKENS_USED = re.compile(r"tokens used:?\s*([\d,]+)", re.IGNORECASE)
 
 AGENT_GRACE_S = 1.0
 """Between SIGTERM and SIGKILL for an agent whose caller died (its edits are thrown away anyway)."""
+OUTPUT_FILE = "agent-output.log"
+"""The agent's stdout and stderr, beside (not inside) its folder; only its last max_file_bytes are read."""
 TASK_FILE = "TASK.md"
 NEW_DIR = "new"
 INSTRUCTIONS = """# Task
@@ -110,39 +115,41 @@ class CommandProposer:
             return self._collect(workdir, parent, archive)[:k]
 
     def _run(self, workdir: Path) -> None:
-        """Run the command in its own process group, killed whole on timeout; failures are recorded."""
+        """Run the command in a process group of its own on a lifeline, killed whole when it ends or
+        times out; its output goes to a file beside its folder, whose tail is read back as an
+        untrusted file (bounded, as everything the agent leaves). Failures are recorded."""
         command = self.command.replace("{workdir}", shlex.quote(str(workdir)))
         if self.jail is None:
             argv, env = ["/bin/sh", "-c", command], None
         else:
             launch = self.jail.launch(workdir, command)
             argv, env = launch.argv, launch.env
-        process = subprocess.Popen(
-            argv,
-            cwd=workdir,
-            env=env,
-            start_new_session=True,
-            text=True,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-        )
-        lifeline = Lifeline(process.pid, AGENT_GRACE_S)  # should this process die meanwhile
-        try:
-            output, _ = process.communicate(timeout=self.timeout_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            output, _ = process.communicate()
-            self.meter.called(reported_tokens(output))
-            self._fail(f"timed out after {self.timeout_s:g} s", output)
-            return
-        finally:  # also on Ctrl-C or SIGTERM: nothing of the agent's group outlives its turn
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-            lifeline.release()
+        with open(workdir.parent / OUTPUT_FILE, "wb") as output_file:
+            try:
+                code: int | None = run_in_group(
+                    argv,
+                    timeout_s=self.timeout_s,
+                    grace_s=AGENT_GRACE_S,
+                    cwd=workdir,
+                    env=env,
+                    stdout=output_file,
+                    stderr=subprocess.STDOUT,
+                )
+            except subprocess.TimeoutExpired:
+                code = None
+        output = self._output(workdir.parent)
         self.meter.called(reported_tokens(output))
-        if process.returncode != 0:
-            self._fail(f"exited with status {process.returncode}", output)
+        if code is None:
+            self._fail(f"timed out after {self.timeout_s:g} s", output)
+        elif code != 0:
+            self._fail(f"exited with status {code}", output)
+
+    def _output(self, folder: Path) -> str:
+        try:
+            tail = read_untrusted(folder, OUTPUT_FILE, max_bytes=self.max_file_bytes, tail=True)
+        except UntrustedFileError as error:
+            return f"(its output was refused: {error})"
+        return tail.decode("utf-8", errors="replace")
 
     def _fail(self, what: str, output: str | None) -> None:
         tail = (output or "")[-2000:]
