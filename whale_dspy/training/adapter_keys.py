@@ -18,8 +18,8 @@ causal-LM classes hold the language model at the top, as PEFT names it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from whale_dspy.errors import TrainingError
@@ -62,23 +62,22 @@ class AdapterKeyMap:
     renames: tuple[tuple[str, str], ...]
     source: str
 
+    def fitted(self, module_names: Iterable[str]) -> AdapterKeyMap:
+        """This map for the model as loaded: AutoModelForCausalLM loads some nested classes whole
+        (Gemma 3's), already under the served names, and their adapters keep those names."""
+        served = tuple(new for old, new in self.renames if old != new)
+        if served and any(name.removeprefix(PEFT_PREFIX).startswith(served) for name in module_names):
+            return replace(self, renames=(), source=f"{self.source}; loaded nested, names kept")
+        return self
+
     def served_key(self, key: str) -> str:
         """A saved PEFT key (`base_model.model.<module>...`) under the name the server expects."""
         name = key.removeprefix(PEFT_PREFIX)
         for trained, served in self.renames:
-            if name.startswith(served):  # already the checkpoint's name (a nested causal LM)
-                break
             if name.startswith(trained):
                 name = served + name.removeprefix(trained)
                 break
         return PEFT_PREFIX + name if key.startswith(PEFT_PREFIX) else name
-
-    def unmatched(self, keys: Sequence[str]) -> list[str]:
-        """The keys no rename covers: for a nested architecture, modules vLLM would not find."""
-        if not self.renames:
-            return []
-        prefixes = tuple(prefix for pair in self.renames for prefix in pair)
-        return [key for key in keys if not key.removeprefix(PEFT_PREFIX).startswith(prefixes)]
 
     def load_mapping(self) -> dict[str, str]:
         """PEFT's `key_mapping` (regex -> replacement) that reads a served adapter back onto the
@@ -147,7 +146,8 @@ def _from_vllm(architecture: str) -> AdapterKeyMap | None:
 
 
 def write_served_keys(adapter_dir: str | Path, key_map: AdapterKeyMap) -> None:
-    """Rewrite a saved adapter's safetensors under the served names (nothing to do when none change)."""
+    """Rewrite a saved adapter's safetensors under the served names (nothing to do when none change).
+    key_map: fitted to the model that was trained."""
     if not key_map.renames:
         return
     from safetensors.torch import load_file, save_file

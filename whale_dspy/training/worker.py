@@ -30,7 +30,7 @@ def load_model(
     base: str, parent: str | None, config: LoraTrainingConfig, key_map: AdapterKeyMap | None = None
 ) -> Any:
     """The base model with a trainable LoRA: the parent's weights when given (read back from the
-    served names), else a fresh one. Refuses a LoRA whose modules the served names miss."""
+    served names), else a fresh one."""
     import torch
     from peft import LoraConfig, PeftModel, get_peft_model
     from transformers import AutoModelForCausalLM
@@ -43,7 +43,8 @@ def load_model(
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if parent:
         log.info("continuing from parent adapter %s (its rank and target modules apply)", parent)
-        mapping = key_map.load_mapping() or None  # None keeps PEFT's own conversion mapping
+        fitted = key_map.fitted(name for name, _ in model.named_modules())
+        mapping = fitted.load_mapping() or None  # None keeps PEFT's own conversion mapping
         model = PeftModel.from_pretrained(model, parent, is_trainable=True, key_mapping=mapping)
     else:
         lora = LoraConfig(
@@ -54,11 +55,6 @@ def load_model(
             task_type="CAUSAL_LM",
         )
         model = get_peft_model(model, lora)
-    missed = key_map.unmatched([name for name, _ in model.named_parameters() if ".lora_" in name])
-    if missed:
-        raise TrainingError(
-            f"{key_map.architecture}: LoRA modules {missed[:3]} have no served name ({key_map.source})"
-        )
     model.train()
     return model
 
@@ -148,7 +144,7 @@ def save_adapter(model: Any, base: str, adapter_dir: Path, key_map: AdapterKeyMa
     shutil.rmtree(partial, ignore_errors=True)
     model.peft_config["default"].base_model_name_or_path = base
     model.save_pretrained(str(partial))
-    write_served_keys(partial, key_map)
+    write_served_keys(partial, key_map.fitted(name for name, _ in model.named_modules()))
     partial.rename(adapter_dir)
 
 
