@@ -37,6 +37,9 @@ class SafetensorsFolder:
         self._handles = [safe_open(str(path), framework="pt") for path in files]
         self._file_of = {key: handle for handle in self._handles for key in handle.keys()}  # noqa: SIM118 (a safe_open handle, not a dict)
 
+    def __contains__(self, name: str) -> bool:
+        return name in self._file_of
+
     def tensor(self, name: str) -> torch.Tensor:
         if name not in self._file_of:
             raise BackendError(f"{self.folder} has no weight {name!r}")

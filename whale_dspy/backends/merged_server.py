@@ -68,6 +68,7 @@ class MergedAdapterServer(VLLMServer):
         swap and the probe are timed into the caller's load time."""
         path = self._checked_adapter(ref)
         factors = read_lora(path)  # refuses what cannot be merged before it is served
+        self._check_lands(ref, factors)
         self._factors[ref.name] = factors
         self._remember(ref)
         try:
@@ -77,6 +78,17 @@ class MergedAdapterServer(VLLMServer):
             del self._loaded[ref.name], self._factors[ref.name]  # the name stays used
             raise
         logger.info("serving adapter %s merged into the weights (from %s)", ref.name, path)
+
+    def _check_lands(self, ref: AdapterRef, factors: LoraFactors) -> None:
+        """Refuse an adapter whose weights the base lacks: its keys are under another module prefix."""
+        assert self._base is not None, "start() opens the base folder"
+        missing = sorted(name for name in factors.factors if name not in self._base)
+        if missing:
+            raise BackendError(
+                f"adapter {ref.name!r} ({ref.path}) changes weights {self.model_label} does not have "
+                f"({', '.join(missing[:2])}, ...): its keys are most likely under a module prefix the "
+                "served model does not use"
+            )
 
     def unload_adapter(self, name: str) -> None:
         """Forget an adapter (its name stays used); LMs bound to it fail from now on."""
