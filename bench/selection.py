@@ -18,7 +18,7 @@ as argmax-large for fewer rollouts a decision.
         --out bench/runs/selection-squad          # real: the embedded server (or --server-url)
     python bench/selection.py --tiny --out DIR    # CI: scripted LM, synthetic harnesses, seconds
 
-A rerun with the same --out resumes: archives continue, held-out reads are cached per harness.
+A rerun with the same --out resumes: archives continue, held-out reads are cached per harness code.
 --tiny is a synthetic world on the shipped doubles: every candidate answers correctly on a fixed
 pseudo-random share of tasks (its true rate); most proposals are as good as their parent and one
 in four is 0.2 better, so luck on 8 tasks is the only thing argmax8 can mistake for a gain.
@@ -199,13 +199,14 @@ def decision_row(signal: Any, incumbent: str, meta: MetaHarness) -> dict[str, An
 
 
 def held_out(world: dict[str, Any], archive: Path, name: str, args: argparse.Namespace) -> dict[str, list]:
-    """A harness's per-task scores on the held-out tasks, read once per harness and cached."""
+    """A harness's per-task scores on the held-out tasks, read once per code (every rule's search
+    starts from h0, and one seeded proposer's first candidates are the same under every rule)."""
     from optimizers.archive import HarnessArchive
 
-    cache = archive.parent / "held-out" / f"{name}.json"
+    source = HarnessArchive(archive).source(name) if name != "c0000" else world["student"].source
+    cache = args.out / "held-out" / f"{source.digest[:16]}.json"
     if cache.exists():
         return json.loads(cache.read_text())
-    source = HarnessArchive(archive).source(name) if name != "c0000" else world["student"].source
     program = world["student"].with_source(source)
     evaluator = world["evaluator"](MetaHarnessConfig(threads=args.threads, timeout_s=args.read_timeout_s))
     report, _ = evaluator.evaluate(

@@ -33,9 +33,9 @@ def test_every_decision_of_every_rule_is_read_on_held_out_tasks_and_a_rerun_resu
     large, paired = summaries[1], summaries[2]
     assert large["rollouts_per_decision"] > summaries[0]["rollouts_per_decision"]  # 32 tasks, not 8
     assert "| paired |" in capsys.readouterr().out
-    reads = sorted(p.name for p in tmp_path.rglob("held-out/*.json"))
+    reads = sorted(p.name for p in tmp_path.glob("held-out/*.json"))
     again = bench.main([*ARGS, "--out", str(tmp_path)])  # resumes: archives replayed, reads cached
     assert [{k: v for k, v in s.items() if k != "wall_s"} for s in again] == [
         {k: v for k, v in s.items() if k != "wall_s"} for s in summaries
     ]
-    assert sorted(p.name for p in tmp_path.rglob("held-out/*.json")) == reads and paired["decisions"] == 2
+    assert sorted(p.name for p in tmp_path.glob("held-out/*.json")) == reads and paired["decisions"] == 2
