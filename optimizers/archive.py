@@ -30,6 +30,7 @@ from typing import Any
 from whale_dspy.harness import HarnessSource
 from whale_dspy.jsonl import append_jsonl, atomic_write_json, atomic_write_text, read_jsonl
 from whale_dspy.records import Rollout
+from whale_dspy.untrusted_files import read_untrusted_text
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +139,7 @@ class HarnessArchive:
             log.warning("archive %s: dropping unfinished candidate %s", self.path, stale.name)
             shutil.rmtree(stale, ignore_errors=True)
         for meta_path in sorted(self.path.glob(f"c*/{META_FILE}")):
-            meta = CandidateMeta.from_dict(json.loads(meta_path.read_text()))
+            meta = CandidateMeta.from_dict(json.loads(self._read(str(meta_path.relative_to(self.path)))))
             self._metas[meta.name] = meta
         summarized = {record["name"] for record in read_jsonl(self.path / SUMMARY_FILE)}
         for name in self._metas.keys() - summarized:  # committed but not summarized before a crash
@@ -164,7 +165,7 @@ class HarnessArchive:
 
     def source(self, name: str) -> HarnessSource:
         meta = self._metas[name]
-        code = (self.folder(name) / HARNESS_FILE).read_text()
+        code = self._read(f"{name}/{HARNESS_FILE}")
         return HarnessSource(name=name, code=code, parent=meta.parent, hypothesis=meta.hypothesis)
 
     def traces(self, name: str) -> list[Rollout]:
@@ -183,17 +184,27 @@ class HarnessArchive:
         return self.best(n) or self.candidates[:1]
 
     def parent_diff(self, name: str) -> str | None:
-        path = self.folder(name) / DIFF_FILE
-        return path.read_text() if path.exists() else None
+        return self._read_if_present(f"{name}/{DIFF_FILE}")
 
     def labels(self) -> dict[str, dict[str, Any]]:
         """The search tasks' gold fields by task id, as far as the phase recorded them."""
-        path = self.path / LABELS_FILE
-        return json.loads(path.read_text()) if path.exists() else {}
+        text = self._read_if_present(LABELS_FILE)
+        return json.loads(text) if text is not None else {}
 
     def task_card(self) -> str | None:
-        path = self.path / TASK_CARD_FILE
-        return path.read_text() if path.exists() else None
+        return self._read_if_present(TASK_CARD_FILE)
+
+    def _read(self, relative: str) -> str:
+        """A file of the archive, read as an untrusted file: an archive may be a copy from elsewhere,
+        and what it holds reaches proposers' prompts (and their remote APIs). UntrustedFileError for
+        a link, a FIFO or an oversized file there."""
+        return read_untrusted_text(self.path, relative)
+
+    def _read_if_present(self, relative: str) -> str | None:
+        try:
+            return self._read(relative)
+        except FileNotFoundError:
+            return None
 
     def find_digest(self, digest: str) -> CandidateMeta | None:
         return next((m for m in self._metas.values() if m.digest == digest and m.status != "duplicate"), None)
@@ -240,7 +251,7 @@ class HarnessArchive:
         append_jsonl(self.path / ITERATIONS_FILE, record)
 
     def diff(self, parent: str, code: str, name: str) -> str:
-        parent_code = (self.folder(parent) / HARNESS_FILE).read_text()
+        parent_code = self._read(f"{parent}/{HARNESS_FILE}")
         lines = difflib.unified_diff(
             parent_code.splitlines(keepends=True),
             code.splitlines(keepends=True),

@@ -138,7 +138,7 @@ def test_the_reader_refuses_sockets_escapes_and_reads_a_logs_tail(tmp_path):
     for escape in ("../x", "/etc/passwd", "a/../b", ""):
         with pytest.raises(UntrustedFileError, match="not a plain path"):
             read_untrusted(tmp_path, escape)
-    with pytest.raises(UntrustedFileError, match="No such file"):
+    with pytest.raises(FileNotFoundError):
         read_untrusted(tmp_path, "missing")
     (tmp_path / "log").write_bytes(b"0123456789")
     assert read_untrusted(tmp_path, "log", max_bytes=4, tail=True) == b"6789"
@@ -155,3 +155,22 @@ def test_only_the_tail_of_an_agents_output_is_read_back(archive):
     [failure] = proposer.usage().failures
     assert "status 3" in failure and "last words" in failure
     assert proposer.usage().tokens is None  # the line that said so was past the tail
+
+
+@pytest.mark.timeout(60)
+def test_an_archive_from_elsewhere_is_read_as_untrusted_files(archive, secret_file):
+    """What an archive holds reaches proposers' prompts: a copied archive's links are not followed."""
+    from optimizers.archive import HarnessArchive
+
+    harness = archive.path / "c0000" / "harness.py"
+    harness.unlink()
+    harness.symlink_to(secret_file)
+    labels = archive.path / "labels.json"
+    labels.unlink(missing_ok=True)
+    os.mkfifo(labels)
+    copied = HarnessArchive(archive.path)
+    with pytest.raises(UntrustedFileError, match="symbolic link"):
+        copied.source("c0000")
+    with pytest.raises(UntrustedFileError, match="not a regular file"):
+        copied.labels()
+    assert copied.task_card() is not None and copied.parent_diff("c0000") is None

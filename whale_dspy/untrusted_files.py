@@ -8,7 +8,8 @@ back only when every component of its path, walked from the folder's own
 descriptor without following links, is a real directory or, at the end, a
 regular file with one link and at most `max_bytes` bytes. Opening is
 non-blocking and the type is checked on the open descriptor before any read.
-Everything else raises `UntrustedFileError` saying why.
+Everything else raises `UntrustedFileError` saying why (a missing file raises
+`FileNotFoundError`).
 """
 
 from __future__ import annotations
@@ -94,6 +95,8 @@ def _open_file(dir_fd: int, name: str, relative: str) -> int:
     """Open `name` only if it is a regular file with a single link; checked before and after opening."""
     try:
         before = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        raise  # absent, not refused: the caller decides whether that is fine
     except OSError as error:
         raise UntrustedFileError(f"{relative}: {error.strerror}") from None
     _check(before, relative)
