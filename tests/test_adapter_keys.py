@@ -145,3 +145,46 @@ def test_an_architecture_with_no_known_mapping_is_refused_before_training(tmp_pa
     with pytest.raises(TrainingError, match="cannot establish the module names vLLM serves Made"):
         LoraTrainer(SETTINGS).train([example], base=str(base), parent=None, name="a", out_dir=tmp_path / "a")
     assert not (tmp_path / "a" / "adapter").exists()
+
+
+def word_tokenizer(folder: Path, words: list[str]) -> None:
+    """A word-level tokenizer with a chat template, built here (no download), beside a checkpoint."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    specials = ["<unk>", "<pad>", "<user>", "<assistant>", "<end>"]
+    vocab = {word: i for i, word in enumerate(dict.fromkeys(specials + words))}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    template = (
+        "{% for m in messages %}<{{ m.role }}> {{ m.content }} <end> {% endfor %}"
+        "{% if add_generation_prompt %}<assistant> {% endif %}"
+    )
+    special = dict(unk_token="<unk>", pad_token="<pad>", eos_token="<end>", chat_template=template)
+    tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=backend, **special)
+    tokenizer.save_pretrained(folder)
+
+
+@pytest.mark.integration
+@pytest.mark.no_server
+def test_the_trainer_writes_served_keys_and_a_child_starts_from_its_parent(tmp_path):
+    """Through LoraTrainer's worker processes on a tiny Qwen3.5 checkpoint: the adapter is written
+    under the nested names, and a child trained at a negligible rate keeps its parent's B."""
+    from safetensors.torch import load_file
+
+    base = nested_checkpoint(tmp_path / "base", "Qwen3_5ForConditionalGeneration")
+    word_tokenizer(base, [f"w{i}" for i in range(40)])
+    examples = [SFTExample(({"role": "user", "content": f"w{i} w{i + 1}"},), f"w{i + 2}") for i in range(8)]
+    quick = dict(rank=4, target_modules=("q_proj", "v_proj"), batch_size=4, gradient_checkpointing=False)
+    parent = LoraTrainer(LoraTrainingConfig(learning_rate=1e-2, **quick)).train(
+        examples, base=str(base), parent=None, name="p", out_dir=tmp_path / "p"
+    )
+    child = LoraTrainer(LoraTrainingConfig(learning_rate=1e-9, **quick)).train(
+        examples, base=str(base), parent=parent.adapter, name="c", out_dir=tmp_path / "c"
+    )
+    before = load_file(str(Path(parent.adapter.path) / "adapter_model.safetensors"))
+    after = load_file(str(Path(child.adapter.path) / "adapter_model.safetensors"))
+    assert before.keys() == after.keys()
+    assert all(key.startswith(f"{PEFT_PREFIX}model.language_model.layers.") for key in before)
+    b_keys = [key for key in before if "lora_B" in key]
+    assert b_keys and all(before[key].abs().max() > 1e-4 for key in b_keys)
+    assert all(torch.allclose(after[key], before[key], atol=1e-6) for key in b_keys)
