@@ -140,9 +140,9 @@ def next_token_logprobs(check: Any, model: Any, ids: Any) -> Any:
         return check.torch.log_softmax(model(input_ids=ids, use_cache=False).logits[0, -1].float(), dim=-1)
 
 
-def probe_logprobs(check: Any, base: Any, adapter_dir: str, ids: Any) -> tuple[Any, float]:
-    """Next-token logprobs through the adapter at adapter_dir, and the probe's seconds: load the
-    adapter, one forward, unload (the base's forward is the probe's other half, timed apart)."""
+def probe_logprobs(check: Any, base: Any, adapter_dir: str, ids: Any) -> tuple[Any, float, float]:
+    """Next-token logprobs through the adapter at adapter_dir, the seconds to load it (PEFT, from
+    disk) and to run the forward and unload (the base's forward is timed apart)."""
     from peft import PeftModel
 
     check.sync()
@@ -150,10 +150,12 @@ def probe_logprobs(check: Any, base: Any, adapter_dir: str, ids: Any) -> tuple[A
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the mis-prefixed adapter's missing keys: silently ignored
         model = PeftModel.from_pretrained(base, adapter_dir).eval()
+    check.sync()
+    loaded = time.perf_counter()
     logprobs = next_token_logprobs(check, model, ids)
     model.unload()
     check.sync()
-    return logprobs, time.perf_counter() - started
+    return logprobs, loaded - started, time.perf_counter() - loaded
 
 
 def train_steps(check: Any, args: argparse.Namespace, base: Any, steps: int) -> tuple[Any, float]:
@@ -201,11 +203,11 @@ def adapter_probe(check: Any, args: argparse.Namespace, base: Any) -> dict[str, 
         check.sync()
         base_s = time.perf_counter() - started
         again = next_token_logprobs(check, base, ids)
-        with_adapter, adapter_s = probe_logprobs(check, base, str(trained), ids)
-        with_wrong, _ = probe_logprobs(check, base, str(wrong), ids)
+        with_adapter, load_s, forward_s = probe_logprobs(check, base, str(trained), ids)
+        with_wrong, _, _ = probe_logprobs(check, base, str(wrong), ids)
     trained_delta = float((with_adapter - plain).abs().max())
     wrong_delta = float((with_wrong - plain).abs().max())
-    probe_s = base_s + adapter_s
+    probe_s = base_s + load_s + forward_s
     return {
         "prompt_tokens": ids.shape[1],
         "max_abs_dlogprob_trained": trained_delta,
@@ -213,8 +215,11 @@ def adapter_probe(check: Any, args: argparse.Namespace, base: Any) -> dict[str, 
         "max_abs_dlogprob_base_repeat": float((again - plain).abs().max()),
         "noise_threshold": NOISE_LOGPROB,
         "probe_s": round(probe_s, 4),
+        "probe_adapter_load_s": round(load_s, 4),
+        "probe_forwards_s": round(base_s + forward_s, 4),
         "lora_step_s": round(step_s, 4),
         "probe_vs_step": round(probe_s / step_s, 4),
+        "forwards_vs_step": round((base_s + forward_s) / step_s, 4),
         "ok": trained_delta > NOISE_LOGPROB >= wrong_delta,
     }
 
