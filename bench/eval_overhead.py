@@ -44,12 +44,9 @@ def response_format_of(signature) -> dict[str, Any]:
     The trace keeps a call's `response_format` only as the repr of DSPy's pydantic class, so the
     replay rebuilds the schema from the signature's output fields.
     """
-    from dspy.adapters.json_adapter import _get_structured_outputs_response_format
-    from dspy.clients.legacy_requests import _strict_json_schema
+    from whale_dspy.dspy_lm_seam import json_schema_response_format
 
-    model = _get_structured_outputs_response_format(signature)
-    schema = _strict_json_schema(model.model_json_schema())
-    return {"type": "json_schema", "json_schema": {"name": model.__name__, "schema": schema, "strict": True}}
+    return json_schema_response_format(signature)
 
 
 def read_calls(trace_path: Path, signature) -> list[list[dict[str, Any]]]:

@@ -31,6 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from whale_dspy.backends import embedded_server
+    from whale_dspy.dspy_lm_seam import send_messages
 
     with tempfile.TemporaryDirectory(prefix="whale-smoke-") as tmp:
         run_dir = args.run_dir or Path(tmp)
@@ -44,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
             answers = {}
             for label, name in (("base", None), (f"adapter {adapter.name}", adapter.name)):
                 # Raw text, not a parsed DSPy field: a random adapter may well break the output format.
-                answers[label] = server.lm(name, max_tokens=48)(messages=messages)[0]
+                answers[label] = send_messages(server.lm(name, max_tokens=48), messages)[0]
                 print(f"[{label}] {answers[label]!r}")
     same = len(set(answers.values())) == 1
     print("FAIL: the adapter did not change the answer" if same else "OK: serving and adapters work")

@@ -8,38 +8,37 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import threading
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
-import dspy
-
 from whale_dspy.backends.weights_gate import Weights, WeightsGate
+from whale_dspy.dspy_lm_seam import HeldCallLM
 from whale_dspy.errors import BackendError
 from whale_dspy.rollouts import report_server_failure
 
 
-class WeightsBoundLM(dspy.LM):
-    """`dspy.LM` plus a gate: every call, sync or async, holds `weights` served (see weights_gate).
-
-    Only the public calls are wrapped: overriding `forward` would make DSPy treat this LM as a
-    legacy custom engine.
-    """
+class WeightsBoundLM(HeldCallLM):
+    """`dspy.LM` plus a gate: every call, sync or async, holds `weights` served (see weights_gate)."""
 
     def __init__(self, model: str, *, gate: WeightsGate, weights: Weights, **kwargs: Any) -> None:
         super().__init__(model, **kwargs)
         self.gate = gate
         self.weights = weights
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    @contextmanager
+    def hold(self) -> Iterator[None]:
         self._acquire()
         try:
-            return super().__call__(*args, **kwargs)
+            yield
         finally:
             self.gate.release()
 
-    async def acall(self, *args: Any, **kwargs: Any) -> Any:
+    @asynccontextmanager
+    async def ahold(self) -> AsyncIterator[None]:
         await self._acquire_async()
         try:
-            return await super().acall(*args, **kwargs)
+            yield
         finally:
             self.gate.release()
 

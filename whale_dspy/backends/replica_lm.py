@@ -8,40 +8,25 @@ that died under it is not the harness's failure.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-import dspy
-from dspy.utils.callback import with_callbacks
+from whale_dspy.dspy_lm_seam import RoutedLM
 
 if TYPE_CHECKING:
     from whale_dspy.backends.replicas import Router
 
-_call = dspy.BaseLM.__call__.__wrapped__  # DSPy's call without its callbacks: one attempt
-_acall = dspy.BaseLM.acall.__wrapped__
 
-
-class ReplicaLM(dspy.LM):
-    """`dspy.LM` for `adapter` (None: the base) on whichever replica the router picks per call.
-
-    Only the public calls are wrapped: overriding `forward` would make DSPy treat this LM as a
-    legacy custom engine.
-    """
+class ReplicaLM(RoutedLM):
+    """`dspy.LM` for `adapter` (None: the base) on whichever replica the router picks per call."""
 
     def __init__(self, model: str, *, router: Router, adapter: str | None, **kwargs: Any) -> None:
         super().__init__(model, **kwargs)
         self.router = router
         self.adapter = adapter
 
-    @with_callbacks
-    def __call__(self, prompt: Any = None, *, messages: Any = None, **kwargs: Any) -> Any:
-        def send(api_base: str) -> Any:
-            return _call(self, prompt, messages=messages, **kwargs, api_base=api_base)
-
+    def route(self, send: Callable[[str], Any]) -> Any:
         return self.router.call(self.adapter, send)
 
-    @with_callbacks
-    async def acall(self, prompt: Any = None, *, messages: Any = None, **kwargs: Any) -> Any:
-        return await self.router.acall(
-            self.adapter,
-            lambda api_base: _acall(self, prompt, messages=messages, **kwargs, api_base=api_base),
-        )
+    async def aroute(self, send: Callable[[str], Awaitable[Any]]) -> Any:
+        return await self.router.acall(self.adapter, send)

@@ -94,11 +94,13 @@ def _warm_up(signature: object) -> None:
     """Run DSPy's common paths once with a canned LM so their lazy imports happen before the guard."""
     import dspy
 
-    class Canned(dspy.BaseLM):
+    from whale_dspy.dspy_lm_seam import AnsweringLM
+
+    class Canned(AnsweringLM):
         supports_response_schema = True  # takes JSONAdapter's structured-output path too
         supported_params = {"response_format"}
 
-        def __call__(self, prompt=None, *, messages=None, **kwargs):
+        def answer(self, messages, **kwargs):
             return ["[[ ## reasoning ## ]]\nx\n\n[[ ## answer ## ]]\nx\n\n[[ ## completed ## ]]"]
 
     inputs = {name: "x" for name in signature.input_fields}  # type: ignore[attr-defined]

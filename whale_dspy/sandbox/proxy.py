@@ -13,9 +13,9 @@ import itertools
 import threading
 from typing import Any
 
-import dspy
 from dspy.utils.callback import BaseCallback
 
+from whale_dspy.dspy_lm_seam import AnsweringLM, Messages
 from whale_dspy.sandbox.specs import sampling_kwargs
 from whale_dspy.sandbox.wire import Channel
 
@@ -66,7 +66,7 @@ class Requests:
         event.set()
 
 
-class ProxyLM(dspy.BaseLM):
+class ProxyLM(AnsweringLM):
     """Looks like the parent's LM (model, settings, capabilities); each call is served by the parent.
 
     The parent runs the request on the rollout's own LM copy, so the trace is
@@ -94,15 +94,11 @@ class ProxyLM(dspy.BaseLM):
     def supported_params(self) -> set[str]:
         return set(self.profile["supported_params"])
 
-    def __call__(self, prompt: Any = None, *, messages: Any = None, **kwargs: Any) -> list[Any]:
-        messages = messages if messages is not None else [{"role": "user", "content": str(prompt)}]
+    def answer(self, messages: Messages, **kwargs: Any) -> list[Any]:
         merged = sampling_kwargs({**self.kwargs, **kwargs})
         # Only what differs from the parent's rollout LM, so its history matches an in-process call.
         settings = {key: value for key, value in merged.items() if self.profile["kwargs"].get(key) != value}
         return self.requests.ask(self.job, "lm", messages=messages, kwargs=settings)
-
-    async def acall(self, prompt: Any = None, *, messages: Any = None, **kwargs: Any) -> list[Any]:
-        return self(prompt, messages=messages, **kwargs)
 
 
 class ParseReporter(BaseCallback):

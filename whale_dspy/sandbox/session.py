@@ -26,8 +26,8 @@ import uuid
 from typing import Any
 
 import dspy
-from dspy.clients._deprecation import adapter_message_call
 
+from whale_dspy.dspy_lm_seam import replay_adapter_call
 from whale_dspy.errors import HarnessError
 from whale_dspy.harness import HarnessSource
 from whale_dspy.jsonl import to_jsonable
@@ -274,8 +274,7 @@ class CandidateSession:
         for budget in ("max_tokens", "max_completion_tokens"):  # the harness's own budget, capped
             if isinstance(kwargs.get(budget), int):
                 kwargs[budget] = min(kwargs[budget], self.limits.max_tokens)
-        with adapter_message_call(lm, messages):  # replays the child adapter's own call
-            return to_jsonable(lm(messages=messages, **kwargs))
+        return to_jsonable(replay_adapter_call(lm, messages, **kwargs))  # the child adapter's own call
 
     @staticmethod
     def _tool_call(tools: Tools, request: dict[str, Any]) -> Any:

@@ -19,6 +19,8 @@ from dspy.clients.engines.dummy_engine import AsyncDummyEngine, DummyEngine
 from dspy.lm15 import Message, Response, TextPart, Usage
 from dspy.utils.dummies import DummyLM
 
+from whale_dspy.dspy_lm_seam import ProviderCalls, install_engines
+
 Reply = str | Mapping[str, Any] | Exception
 """A raw completion string, output fields that the adapter formats, or an error the LM call raises."""
 
@@ -90,7 +92,7 @@ class _ScriptEngine(DummyEngine):
         )
 
 
-class ScriptedLM(DummyLM):
+class ScriptedLM(ProviderCalls, DummyLM):
     """`ScriptedLM(["a", {"answer": "b"}])`, `ScriptedLM({"2+2": {"answer": "4"}})` (keyed by prompt),
     or `ScriptedLM({"base": [...], "policy-r01": [...]}, keyed_by="model")` (keyed by adapter name).
 
@@ -117,15 +119,9 @@ class ScriptedLM(DummyLM):
         self.train_kwargs: dict[str, Any] = {}
         self._install_engine()
 
-    # dspy.LM's own provider calls, so a stock optimizer drives this LM as it drives a served one.
-    launch = dspy.LM.launch
-    kill = dspy.LM.kill
-    finetune = dspy.LM.finetune
-    _run_finetune_job = dspy.LM._run_finetune_job
-
     def _install_engine(self) -> None:
-        self._engine_spec = _ScriptEngine(self)
-        self._async_engine_spec = AsyncDummyEngine(self._engine_spec)
+        engine = _ScriptEngine(self)
+        install_engines(self, engine, AsyncDummyEngine(engine))
 
     def copy(self, **kwargs: Any) -> ScriptedLM:
         copied = super().copy(**kwargs)
