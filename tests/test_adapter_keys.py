@@ -137,6 +137,25 @@ def test_the_rename_is_read_off_vllms_own_mapper():
     assert served == ("language_model.model.layers.0.self_attn.q_proj", True)
 
 
+def test_vllms_class_decides_whether_keys_move(tmp_path):
+    """Out-of-tree classes registered with vLLM's public API: one nesting nothing keeps the trained
+    names, a multimodal one whose mapper has no rule for its language model is refused."""
+    from vllm.model_executor.models.interfaces import SupportsMultiModal
+    from vllm.model_executor.models.registry import ModelRegistry
+
+    class Flat(torch.nn.Module):
+        def forward(self, input_ids, positions): ...
+
+    class TowerOnly(Flat, SupportsMultiModal):
+        hf_to_vllm_mapper = WeightsMapper(orig_to_new_prefix={"model.vision_tower.": "vision_tower."})
+
+    ModelRegistry.register_model("WhaleTestFlatForRanking", Flat)
+    ModelRegistry.register_model("WhaleTestTowerOnlyForConditionalGeneration", TowerOnly)
+    assert key_map_for(["WhaleTestFlatForRanking"]).renames == ()
+    with pytest.raises(TrainingError, match="maps no checkpoint prefix onto language_model.model."):
+        key_map_for(["WhaleTestTowerOnlyForConditionalGeneration"])
+
+
 def test_an_architecture_with_no_known_mapping_is_refused_before_training(tmp_path):
     base = tmp_path / "base"
     base.mkdir()
