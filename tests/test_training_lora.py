@@ -6,7 +6,6 @@ import json
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -95,18 +94,18 @@ def test_a_worker_past_its_timeout_is_killed_and_reported(tmp_path):
     assert not (tmp_path / "t" / "adapter").exists()
 
 
-def training_spans(tmp_path: Path, monkeypatch, device: str) -> list[tuple[float, float]]:
-    """(start, end) of two trainings started at once, with a stand-in worker that takes 0.3 s."""
-    spans = []
+SLEEPING_LAUNCHER = (
+    "import json, sys, time; start = time.time(); time.sleep(0.3); "
+    "open(sys.argv[1], 'a').write(json.dumps([start, time.time()]) + '\\n')"
+)
+"""A launcher standing in for the worker: it records when it ran (0.3 s) and ignores the command."""
 
-    def worker(command, **kwargs):
-        start = time.monotonic()
-        time.sleep(0.3)
-        spans.append((start, time.monotonic()))
-        return subprocess.CompletedProcess(command, 0)
 
-    monkeypatch.setattr(lora_trainer.subprocess, "run", worker)
-    trainer = LoraTrainer(LoraTrainingConfig(device=device))
+def training_spans(tmp_path: Path, device: str) -> list[tuple[float, float]]:
+    """(start, end) of two trainings started at once, each a stand-in worker that takes 0.3 s."""
+    spans = tmp_path / "spans.jsonl"
+    launcher = (sys.executable, "-c", SLEEPING_LAUNCHER, str(spans))
+    trainer = LoraTrainer(LoraTrainingConfig(device=device), launcher=launcher)
     threads = [
         threading.Thread(target=trainer._run_worker, args=(tmp_path / f"spec{i}", tmp_path / f"log{i}"))
         for i in range(2)
@@ -115,16 +114,16 @@ def training_spans(tmp_path: Path, monkeypatch, device: str) -> list[tuple[float
         thread.start()
     for thread in threads:
         thread.join()
-    return sorted(spans)
+    return sorted(tuple(json.loads(line)) for line in spans.read_text().splitlines())
 
 
-def test_cpu_trainings_on_one_machine_take_turns(tmp_path, monkeypatch):
-    first, second = training_spans(tmp_path, monkeypatch, "cpu")
+def test_cpu_trainings_on_one_machine_take_turns(tmp_path):
+    first, second = training_spans(tmp_path, "cpu")
     assert second[0] >= first[1]
 
 
-def test_gpu_trainings_do_not_wait_for_each_other(tmp_path, monkeypatch):
-    first, second = training_spans(tmp_path, monkeypatch, "cuda")
+def test_gpu_trainings_do_not_wait_for_each_other(tmp_path):
+    first, second = training_spans(tmp_path, "cuda")
     assert second[0] < first[1]
 
 
