@@ -74,6 +74,11 @@ def test_a_replica_set_refuses_an_adapter_that_lands_on_no_replica(tmp_path: Pat
         with pytest.raises(BackendError, match="module prefix"):
             replicas.load_adapter(misplaced_copy(landed, tmp_path / "wrong", name="policy-s0001"))
         assert replicas.adapters == ("policy-s0000",)
+        # Each replica probed what it loaded: the first refused the adapter, so the second never got it.
+        assert [(row["probes"], row["probe_seconds"] > 0) for row in replicas.stats()] == [
+            (2, True),
+            (1, True),
+        ]
     finally:
         replicas.stop()
         for fake in fakes:

@@ -28,7 +28,8 @@ from whale_dspy.errors import BackendError
 logger = logging.getLogger(__name__)
 
 PROMPT = "The quick brown fox jumps over the lazy dog. One, two, three, four, five, six, seven"
-"""Short, plain and tokenized the same by every tokenizer we serve: a few dozen positions to score."""
+"""Plain text of about twenty tokens: each position is scored, so an adapter that changes any layer
+moves some score."""
 
 NOISE = 1e-4
 """The largest change of a log-probability (nats) that counts as numerical noise. The same prompt
@@ -48,9 +49,6 @@ class ProbeResult:
     shift: float | None
     seconds: float
     exempt: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"adapter": self.adapter, "shift": self.shift, "seconds": self.seconds, "exempt": self.exempt}
 
 
 class AdapterProbe:

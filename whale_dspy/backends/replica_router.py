@@ -78,7 +78,17 @@ class Replica:
             self.loaded.discard(name)
 
     def stats(self) -> dict[str, Any]:
-        return {"url": self.label, "up": self.up, "answered": self.answered, "failures": self.failures}
+        """Its URL, whether it is up, calls answered, times it went down, and what checking that its
+        adapters take effect cost (adapter_probe)."""
+        probes = self.server.probe.results
+        return {
+            "url": self.label,
+            "up": self.up,
+            "answered": self.answered,
+            "failures": self.failures,
+            "probes": len(probes),
+            "probe_seconds": sum(probe.seconds for probe in probes),
+        }
 
 
 class Router:

@@ -138,7 +138,8 @@ class ReplicaSet:
         }
 
     def stats(self) -> list[dict[str, Any]]:
-        """Per replica: its URL, whether it is up, calls answered and times it went down."""
+        """Per replica: its URL, whether it is up, calls answered, times it went down, and the
+        adapter probes' count and cost."""
         return [replica.stats() for replica in self.replicas]
 
     def load_adapter(self, ref: AdapterRef) -> None:
