@@ -45,14 +45,8 @@ from optimizers.archive import (
     CandidateScores,
     HarnessArchive,
 )
-from optimizers.harness_selection import (
-    DECISIONS_FILE,
-    CachedScorer,
-    Slices,
-    chunk_record,
-    selection_folder,
-    split_search_tasks,
-)
+from optimizers.harness_decision import decide, decision_record, record_iteration, recorded_iterations
+from optimizers.harness_selection import selection_folder, split_search_tasks
 from optimizers.harness_validation import (
     CandidateRejected,
     check_evaluation,
@@ -61,13 +55,13 @@ from optimizers.harness_validation import (
     run_with_timeout,
 )
 from optimizers.meta_harness_config import MetaHarnessConfig, MetaHarnessReport, stop_reason
-from optimizers.racing import Decision, race
+from optimizers.racing import Decision
 from optimizers.signals import HarnessIteration
 from optimizers.task_card import task_card
 from whale_dspy.errors import BackendError, ConfigError
 from whale_dspy.evaluation import EvalReport
 from whale_dspy.harness import HarnessProgram, HarnessSource, rename
-from whale_dspy.jsonl import append_jsonl, read_jsonl, to_jsonable
+from whale_dspy.jsonl import read_jsonl, to_jsonable
 from whale_dspy.protocols import CandidateEvaluator, HarnessProposer
 from whale_dspy.records import Rollout, add_counts
 from whale_dspy.rollouts import task_id_of
@@ -196,13 +190,9 @@ class MetaHarness(Teleprompter):
         archive.record_task(task_card(student.signature, student.tools_factory(tasks[0]), self.metric))
         selection_folder(archive.path).mkdir(parents=True, exist_ok=True)
         slices.record(selection_folder(archive.path))
-        records = archive.iteration_records()
-        decisions = {
-            d["iteration"]: d["decision"] for d in read_jsonl(selection_folder(archive.path) / DECISIONS_FILE)
-        }
+        records = recorded_iterations(archive)
         incumbent = ROOT
-        for record in records:
-            signal = HarnessIteration.from_dict({**record, "decision": decisions.get(record["iteration"])})
+        for signal in records:
             incumbent = signal.best_name
             yield signal, self._program(student, archive, incumbent)
         for iteration in itertools.count(len(records)):
@@ -212,27 +202,13 @@ class MetaHarness(Teleprompter):
             for source in sources:
                 self._add_candidate(archive, source, iteration, student, lm, tasks)
             spent = self.proposer.usage().since(before)
-            decision, scorer = self._decide(archive, iteration, incumbent, student, lm, slices)
+            measure = functools.partial(self._measure, archive, student, lm)
+            decision, race_cost = decide(archive, iteration, incumbent, slices, self.config, measure)
             if decision is not None and decision.adopted is not None:
                 incumbent = decision.adopted
-            signal = self._signal(archive, iteration, incumbent, decision, scorer, spent, started)
-            errors = [*spent.failures, *([error] if error else [])]
-            self._record(archive, signal, errors)
+            signal = self._signal(archive, iteration, incumbent, decision, race_cost, spent, started)
+            record_iteration(archive, signal, [*spent.failures, *([error] if error else [])])
             yield signal, self._program(student, archive, incumbent)
-
-    @staticmethod
-    def _record(archive: HarnessArchive, signal: HarnessIteration, errors: list[str]) -> None:
-        """The iteration's record; its decision whole beside the archive, and in the archive without
-        the selection tasks' ids (proposers read the archive)."""
-        if signal.decision is not None:
-            append_jsonl(
-                selection_folder(archive.path) / DECISIONS_FILE,
-                {"iteration": signal.iteration, "decision": signal.decision},
-            )
-        shown = (
-            None if signal.decision is None else {**signal.decision, "tasks": len(signal.decision["tasks"])}
-        )
-        archive.record_iteration({**signal.to_dict(), "decision": shown, "proposer_errors": errors})
 
     def _check_inputs(self, student: dspy.Module, searchset: Sequence[dspy.Example]):
         check_metric(self.metric)
@@ -393,56 +369,16 @@ class MetaHarness(Teleprompter):
 
         return run_with_timeout(call, self._stage_timeout(), f"evaluation of {program.source.name}")
 
-    # -- the decision -----------------------------------------------------------------------
-
-    def _decide(self, archive, iteration, incumbent, student, lm, slices: Slices):
-        """The race of this iteration's valid candidates against the incumbent; none at iteration 0."""
-        if iteration == 0:
-            return None, None
-        config, rule = self.config, self.config.decision_rule()
-        racers = [m.name for m in archive.candidates if m.iteration == iteration and m.valid]
-        ranks = {m.name: m.rank_key[1:] for m in archive.candidates}
-        if slices.selection:
-            folder = selection_folder(archive.path) / f"race-{iteration:03d}"
-            measure = functools.partial(self._measure_chunk, archive, student, lm, iteration)
-            scorer = CachedScorer(folder, slices.selection, measure)
-            score, task_ids = scorer, slices.ids()
-        else:  # deciding on the feedback tasks, on the scores their evaluation already recorded
-            scorer = None
-            task_ids = [task_id_of(t) for t in slices.feedback]
-            score = lambda name, ids: {t: archive.get(name).scores.per_task.get(t, 0.0) for t in ids}  # noqa: E731
-        decision = race(incumbent, racers, task_ids, score, rule, start=config.race_start, tie_breaks=ranks)
-        log.info(
-            "iteration %d: %s (%s)",
-            iteration,
-            f"adopted {decision.adopted}" if decision.adopted else f"kept {incumbent}",
-            decision.reason,
-        )
-        return decision, scorer
-
-    def _measure_chunk(self, archive, student, lm, iteration, name, examples, trace) -> dict[str, Any]:
-        """One contender on some selection tasks, with the race's own rollout ids: every contender
-        of a race shares the draws, and each race draws afresh (the incumbent is re-scored)."""
+    def _measure(self, archive, student, lm, name, examples, trace, namespace) -> list[Rollout]:
+        """One contender of a race (harness_decision.Measure)."""
         program = self._program(student, archive, name)
-        namespace = f"meta-harness/{derive_seed(self.config.seed)}/race-{iteration}"
-        try:
-            _, rollouts = self._run(program, examples, lm, self.config.rollouts_per_task, trace, namespace)
-        except CandidateRejected as rejected:  # broke on tasks it had not met: it scores 0 there
-            log.warning("%s failed in the race: %s", name, rejected)
-            rollouts = [Rollout.from_dict(row) for row in read_jsonl(trace)]
-            per_task = {task_id_of(t): [0.0] for t in examples}
-            return {**chunk_record(per_task, rollouts), "error": str(rejected)}
-        per_task: dict[str, list[float]] = {}
-        for rollout in rollouts:
-            per_task.setdefault(rollout.task_id, []).append(rollout.score)
-        return chunk_record(per_task, rollouts)
+        return self._run(program, examples, lm, self.config.rollouts_per_task, trace, namespace)[1]
 
     # -- signals ----------------------------------------------------------------------------
 
-    def _signal(self, archive, iteration, incumbent, decision: Decision | None, scorer, spent, started):
+    def _signal(self, archive, iteration, incumbent, decision: Decision | None, race_cost, spent, started):
         metas = [m for m in archive.candidates if m.iteration == iteration]
         valid = [m.scores.mean for m in metas if m.valid]
-        race_cost = scorer.cost if scorer is not None else None
         return HarnessIteration(
             iteration=iteration,
             best_name=incumbent,
@@ -457,14 +393,8 @@ class MetaHarness(Teleprompter):
             lm_calls=sum(m.cost.lm_calls for m in metas) + (race_cost.lm_calls if race_cost else 0),
             completion_tokens=sum(m.cost.completion_tokens for m in metas)
             + (race_cost.completion_tokens if race_cost else 0),
-            decision=None if decision is None else {**decision.to_dict(), "race": self._race_cost(race_cost)},
+            decision=None if decision is None else decision_record(decision, race_cost),
         )
-
-    @staticmethod
-    def _race_cost(cost) -> dict[str, int] | None:
-        if cost is None:
-            return None
-        return {key: getattr(cost, key) for key in ("rollouts", "lm_calls", "completion_tokens")}
 
     @staticmethod
     def _program(student: HarnessProgram, archive: HarnessArchive, name: str) -> HarnessProgram:
