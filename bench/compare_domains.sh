@@ -32,11 +32,13 @@ compare() {  # one domain's comparison for one seed, on the running server
   local domain=$1 seed=$2
   local server=(--server-url "http://127.0.0.1:$PORT")
   [[ "${OWN_SERVER:-0}" == 1 ]] && server=()
-  # fixed:0.25,2 = one RFT step (4 tasks x k=4) then one round of 3 candidates; the adaptive
-  # schedule leaves a phase after one step or iteration without improvement, at most 3 iterations.
+  # fixed:0.25,2 = one RFT step (4 tasks x k=4) then one round of 3 candidates, raced against the
+  # incumbent on up to 32 selection tasks (8 feedback + 32 selection = the search limit; a raced
+  # decision costs up to 158 rollouts, so the budget holds one per cycle); the adaptive schedule
+  # leaves a phase after one step or iteration without an improvement, at most 3 iterations.
   "$WHALE" compare --domain "$domain" --model "$MODEL" "${server[@]}" \
-    --seeds "$seed" --budget "${BUDGET:-64}" --eval-every "${EVAL_EVERY:-${BUDGET:-64}}" --eval-k "${EVAL_K:-8}" \
-    --train-limit "${TRAIN_LIMIT:-16}" --search-limit "${SEARCH_LIMIT:-4}" --test-limit "${TEST_LIMIT:-20}" \
+    --seeds "$seed" --budget "${BUDGET:-256}" --eval-every "${EVAL_EVERY:-${BUDGET:-256}}" --eval-k "${EVAL_K:-8}" \
+    --train-limit "${TRAIN_LIMIT:-16}" --search-limit "${SEARCH_LIMIT:-40}" --test-limit "${TEST_LIMIT:-20}" \
     --schedule "${FIXED:-fixed:0.25,2}" \
     --schedule patience:weight_burn_in=1,weight_window=1,weight_patience=1,harness_min=2,harness_patience=1,harness_max=3 \
     --out "$OUT/${domain%%:*}"

@@ -261,19 +261,21 @@ def test_wiring_builds_the_real_phases_with_their_rollout_bounds(tmp_path, metho
     from whale_dspy.backends import RemoteServer
 
     settings = run.RunSettings(
-        domain="math", method=method, budget=100, train_limit=8, search_limit=4, test_limit=2
-    )
+        domain="math", method=method, budget=100, train_limit=8, search_limit=12, test_limit=2,
+        selection_tasks=4,
+    )  # fmt: skip
     data = load_data(settings)
     optimizer = make_optimizer(
         settings, tmp_path, RemoteServer("http://127.0.0.1:9", base_model="base"), data
     )
     rft, meta = optimizer.weight_phase, optimizer.harness_phase
     assert optimizer.weight_phase.rollouts_per_step(data.trainset) == rft.config.batch_size * rft.config.k
-    per_candidate = meta.config.smoke_tasks + len(data.searchset) * meta.config.rollouts_per_task
-    assert optimizer.harness_phase.rollouts_per_iteration(data.searchset, 0) == per_candidate
-    assert (
-        optimizer.harness_phase.rollouts_per_iteration(data.searchset, 1)
-        == per_candidate * meta.config.candidates
+    k, smoke = meta.config.rollouts_per_task, meta.config.smoke_tasks
+    assert (meta.config.tasks, meta.config.selection_tasks) == (8, 4)
+    assert optimizer.harness_phase.rollouts_per_iteration(data.searchset, 0) == smoke + 8 * k
+    # each candidate's smoke, feedback and selection rollouts, and the incumbent's in the race
+    assert optimizer.harness_phase.rollouts_per_iteration(data.searchset, 1) == (
+        (smoke + 12 * k) * meta.config.candidates + 4 * k
     )
     assert meta.config.prompt_only is (method == "fst")
     assert rft.config.run_tag == f"{method}-0"  # runs sharing one server never reuse adapter names
@@ -289,7 +291,9 @@ def test_the_trainer_takes_one_core_beside_a_shared_server_and_all_beside_its_ow
     from whale_cli.wiring import load_data, make_optimizer
     from whale_dspy.backends import RemoteServer, VLLMServer
 
-    settings = run.RunSettings(domain="math", budget=100, train_limit=8, search_limit=4, test_limit=2)
+    settings = run.RunSettings(
+        domain="math", budget=100, train_limit=8, search_limit=4, test_limit=2, selection_tasks=0
+    )
     data = load_data(settings)
     shared = make_optimizer(
         settings, tmp_path / "a", RemoteServer("http://127.0.0.1:9", base_model="b"), data

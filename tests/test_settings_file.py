@@ -202,3 +202,10 @@ def test_a_run_recorded_before_the_later_settings_still_resumes(tmp_path: Path) 
     assert "chat_template_kwargs" not in LoraTrainingConfig().to_dict()
     switched = LoraTrainingConfig(chat_template_kwargs={"enable_thinking": False})
     assert LoraTrainingConfig.from_dict(switched.to_dict()) == switched
+
+
+def test_a_search_limit_that_leaves_no_selection_tasks_is_refused_before_any_server() -> None:
+    with pytest.raises(ConfigError, match="leaves no selection tasks.*--search-limit 40"):
+        RunSettings(domain="squad", search_limit=8)
+    assert RunSettings(domain="squad", search_limit=8, selection_tasks=0).search_limit == 8
+    assert RunSettings(domain="squad", search_limit=40).search_limit == 40

@@ -114,7 +114,14 @@ class RunSettings:
         object.__setattr__(self, "gpu_memory_gib", tuple(float(gib) for gib in self.gpu_memory_gib))
         if self.train_device is not None:
             self.rft_config()  # the trainer's config checks the device now, before anything starts
-        get_preset(self.preset).meta_harness_config(**self.decision())  # checks them before anything starts
+        harness = get_preset(self.preset).meta_harness_config(**self.decision())  # checked before any start
+        if self.search_limit is not None and harness.selection_tasks and self.search_limit <= harness.tasks:
+            raise ConfigError(
+                f"search_limit {self.search_limit} leaves no selection tasks: the harness phase shows "
+                f"{harness.tasks} to its proposer and decides on up to {harness.selection_tasks} others "
+                f"(give --search-limit {harness.tasks + harness.selection_tasks}, or --selection-tasks 0 to "
+                "decide on the tasks the proposer sees, as WHALE did)"
+            )
         from optimizers.budget import Budget
 
         Budget(self.budget, self.budget_unit)
