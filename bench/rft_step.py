@@ -6,8 +6,9 @@ the same tasks and rollout ids, so both modes draw the same samples and train
 on the same data. For each run it splits the step into rollout, training and
 adapter swap time (trained adapter on disk -> the server answering through it),
 then prints the sandboxed/in-process ratios of the sampling and of the whole
-step (goal: the sandbox adds under 10 % to a step). A step that accepted
-nothing trains nothing, so each run takes steps until one trains (--max-steps).
+step (goal: the sandbox adds under 10 % to a step). On a real server it also prints what the
+adapter probe (whale_dspy.backends.adapter_probe) cost the step's load (goal: under 2 % of a
+step). A step that accepted nothing trains nothing, so each run takes steps until one trains (--max-steps).
 The default task is the echo task (whale_dspy.testing.echo), where the base
 model gets about one rollout in five right; on the real domains base SmolLM2
 accepts nothing. --tiny runs the same code on the shipped doubles (scripted
@@ -150,10 +151,19 @@ def run_steps(
                     "label": label,
                     "first_answer": latency,
                     "adapter_eval": evaluation,
+                    "probe": probe_of(backend, signal.adapter.name),
                 }
             if signal.step + 1 >= args.max_steps:
                 break
     raise SystemExit(f"no step trained in {args.max_steps} steps (nothing accepted?): see {run_dir.path}")
+
+
+def probe_of(backend: Any, adapter: str) -> dict[str, Any] | None:
+    """What checking that the new adapter takes effect cost its load, and the largest log-probability
+    it moved (adapter_probe); None on the doubles, which have no probe."""
+    probe = getattr(backend, "probe", None)
+    results = [r for r in probe.results if r.adapter == adapter] if probe else []
+    return {"seconds": results[-1].seconds, "shift": results[-1].shift} if results else None
 
 
 def first_answer_seconds(backend: Any, adapter: str) -> float:
@@ -204,7 +214,7 @@ def print_run(event: dict[str, Any]) -> None:
         "training": event["train_seconds"],
         "swap": event["load_seconds"],
     }
-    total = event["seconds"]
+    total, probe = event["seconds"], event["probe"]
     side = event["mode"] if event["server"] == "server" else event["server"]
     print(
         f"[{side}] RFT step {event['step']}: {event['rollouts']} rollouts, "
@@ -212,6 +222,8 @@ def print_run(event: dict[str, Any]) -> None:
         + ", ".join(f"{name} {seconds:.2f} s ({seconds / total:.0%})" for name, seconds in parts.items())
         + f", first answer through the adapter {event['first_answer']:.3f} s"
         + f", evaluation through it {event['adapter_eval']:.2f} s"
+        + (f", probe {probe['seconds']:.3f} s ({probe['seconds'] / total:.2%})" if probe else "")
+        + (f", probe shift {probe['shift']:.3g}" if probe and probe["shift"] is not None else "")
     )
 
 
