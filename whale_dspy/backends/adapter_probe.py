@@ -93,21 +93,22 @@ class AdapterProbe:
 def trained(adapter_dir: str | Path) -> bool:
     """Whether any lora_B weight of the adapter is non-zero (PEFT initialises them all to zero).
     Reads the safetensors header and those tensors' bytes only. A folder without a safetensors file
-    has no weights to probe (vLLM refuses it; a fake trainer writes one)."""
+    has no weights to probe (vLLM refuses such a folder; FakeTrainer writes them)."""
     path = Path(adapter_dir) / "adapter_model.safetensors"
     if not path.is_file():
         return False
-    with path.open("rb") as file:
-        (size,) = struct.unpack("<Q", file.read(8))
-        header = json.loads(file.read(size))
-        start = 8 + size
-        for key, entry in header.items():
-            if not key.endswith("lora_B.weight"):
-                continue
-            begin, end = entry["data_offsets"]
-            file.seek(start + begin)
-            if file.read(end - begin).strip(b"\x00"):  # IEEE -0.0 is non-zero bytes: a moot case
-                return True
+    try:
+        with path.open("rb") as file:
+            (size,) = struct.unpack("<Q", file.read(8))
+            header = json.loads(file.read(size))
+            for key, entry in header.items():
+                if key.endswith("lora_B.weight"):
+                    begin, end = entry["data_offsets"]
+                    file.seek(8 + size + begin)
+                    if file.read(end - begin).strip(b"\x00"):  # IEEE -0.0 has non-zero bytes: moot
+                        return True
+    except (OSError, struct.error, ValueError, KeyError, TypeError) as error:
+        raise BackendError(f"adapter {path} cannot be read: {error}") from error
     return False
 
 
