@@ -3,9 +3,10 @@
 Internals here means: sending chat messages to an LM directly (`lm(messages=...)`), DSPy's private
 helpers around LM calls (`dspy.clients._deprecation`, the undecorated `BaseLM.__call__`, the
 structured-output schema helpers, the engines an LM keeps on private attributes, `dspy.LM`'s
-provider calls), and overriding `BaseLM.__call__` / `acall`. Everything else
-reaches an LM through DSPy's public surface (modules, adapters, `dspy.context`) or through what is
-here: our LMs subclass `AnsweringLM`, `HeldCallLM` or `RoutedLM` and fill in one hook.
+provider calls), and overriding `BaseLM.__call__` / `acall` (only those public calls: overriding
+`forward` would make DSPy 3.4 treat an LM as a legacy custom engine). Everything else reaches an
+LM through DSPy's public surface (modules, adapters, `dspy.context`) or through what is here: our
+LMs subclass `AnsweringLM`, `HeldCallLM` or `RoutedLM` and fill in one hook.
 tests/test_dspy_lm_seam.py greps the source tree so that no other module does. Left outside on
 purpose: DSPy's public engine and provider API (`dspy.lm15`, `dspy.clients.engines`, used by
 `ScriptedLM` and the provider registration), which is where DSPy is going.
