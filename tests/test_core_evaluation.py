@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from dataclasses import replace
 
 import dspy
@@ -13,6 +15,7 @@ from whale_dspy.evaluation import EvalReport, evaluate
 from whale_dspy.harness import HarnessProgram, HarnessSource
 from whale_dspy.jsonl import append_jsonl, read_jsonl
 from whale_dspy.records import Rollout
+from whale_dspy.rollouts import task_id_of
 from whale_dspy.stats import bootstrap_ci, paired_gain
 from whale_dspy.testing.scripted_lm import ScriptedLM
 
@@ -243,3 +246,28 @@ def test_an_interrupted_evaluation_given_its_trace_runs_only_the_rest(program, t
     again = [Rollout.from_dict(row) for row in read_jsonl(trace)]
     assert ids(again) == ids(recorded)  # the uninterrupted evaluation's rollout ids, each recorded once
     assert report.rollouts_per_second == pytest.approx(3 / report.seconds)  # only this call's rollouts
+
+
+def plain_examples() -> list[dspy.Example]:
+    """A DSPy user's data: no task_id field."""
+    return [dspy.Example(question=f"q{i}?", answer=str(i)).with_inputs("question") for i in range(3)]
+
+
+def test_examples_without_task_id_are_recorded_one_task_each(program):
+    lm = ScriptedLM({"q0?": {"answer": "0"}, "q1?": {"answer": "1"}, "q2?": {"answer": "x"}})
+    report, rollouts = evaluate(program, plain_examples(), metric=exact, lm=lm, k=2, threads=1)
+    assert report.tasks == 3 and len(report.per_task) == 3
+    assert sorted(report.per_task.values()) == [[0.0, 0.0], [1.0, 1.0], [1.0, 1.0]]
+    assert len({r.rollout_id for r in rollouts}) == 6
+
+
+def test_a_derived_task_id_is_the_same_in_another_process_and_differs_between_examples():
+    script = (
+        "import dspy; from whale_dspy.rollouts import task_id_of; "
+        "print(task_id_of(dspy.Example(question='q0?', answer='0').with_inputs('question')))"
+    )
+    other_process = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    ids = [task_id_of(e) for e in plain_examples()]
+    assert other_process.stdout.strip() == ids[0]
+    assert len(set(ids)) == 3 and all(ids)
+    assert task_id_of(dspy.Example(question="q0?", task_id=7).with_inputs("question")) == "7"

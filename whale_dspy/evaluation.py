@@ -155,7 +155,7 @@ def evaluate(
                     lm=lm,
                     metric=metric,
                     sample=sample,
-                    rollout_id=derive_seed(namespace, example.get("task_id"), sample),
+                    rollout_id=derive_seed(namespace, task_id_of(example), sample),
                     **sampling,
                 )
             )

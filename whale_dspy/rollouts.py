@@ -14,7 +14,9 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import hashlib
 import inspect
+import json
 import logging
 import threading
 import time
@@ -187,8 +189,22 @@ def server_failed(error: BaseException | None) -> bool:
 
 
 def task_id_of(example: dspy.Example) -> str:
-    """The task id a Rollout records for `example`."""
-    return str(example.get("task_id", ""))
+    """The task id a Rollout records for `example`: its `task_id`, or one derived from its inputs.
+
+    DSPy's examples carry no `task_id`; without the derived id every task of a user's program
+    would be recorded as one, and CIs and pairing would count one "task". The id is a digest of
+    the input fields (all fields when no inputs are marked), so the same example gets the same id
+    in every run and process and two examples with different inputs never share one.
+    """
+    given = example.get("task_id")
+    if given is not None:
+        return str(given)
+    try:
+        fields = example.inputs().toDict()
+    except ValueError:
+        fields = example.toDict()
+    canonical = json.dumps(to_jsonable(fields), sort_keys=True, ensure_ascii=False)
+    return "task-" + hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
 def run_rollout(
@@ -217,13 +233,13 @@ def run_rollout(
             prediction = inner(**example.inputs())
     except Exception as exc:
         error = f"{type(exc).__name__}: {exc}"
-        log.debug("rollout %s/%s failed: %s", example.get("task_id"), sample, error)
+        log.debug("rollout %s/%s failed: %s", task_id_of(example), sample, error)
     finally:
         _current_watch.reset(watching)
     if watch.server_failure is not None:
         failure = watch.server_failure
         raise BackendError(
-            f"the inference server failed during rollout {example.get('task_id')}/{sample}: "
+            f"the inference server failed during rollout {task_id_of(example)}/{sample}: "
             f"{type(failure).__name__}: {failure}"
         ) from failure
     score, metric_error = score_of(metric, example, prediction)
