@@ -25,6 +25,7 @@ from whale_dspy.records import AdapterRef
 
 
 class WeightPhase(Protocol):
+    def sampling(self) -> dict[str, Any]: ...  # the LM settings its checkpoints are bound under
     def epoch(self, trainset: Sequence[dspy.Example]) -> Any: ...  # has `.steps_per_epoch`
 
     def rollouts_per_step(self, trainset: Sequence[dspy.Example]) -> int: ...

@@ -192,10 +192,12 @@ class RejectionSamplingFinetune(Teleprompter):
                 f"the program is bound to adapter {program.adapter_name!r}: pass parent=AdapterRef for it"
             )
         name = adapter.name if adapter else None
-        lm = self.backend.lm(
-            adapter=name, temperature=self.config.temperature, max_tokens=self.config.max_tokens
-        )
-        return program.with_lm(lm, adapter_name=name)
+        return program.with_lm(self.backend.lm(adapter=name, **self.sampling()), adapter_name=name)
+
+    def sampling(self) -> dict[str, Any]:
+        """The LM request settings this phase samples under: a run without its own `sampling`
+        evaluates every checkpoint (its start included) under these."""
+        return {"temperature": self.config.temperature, "max_tokens": self.config.max_tokens}
 
     def _sample(self, program: HarnessProgram, batch: list[dspy.Example], step: int) -> list[Rollout]:
         """k rollouts per task, ordered by (batch position, sample) so the SFT data is deterministic."""

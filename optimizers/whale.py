@@ -97,7 +97,9 @@ class WhaleOptimizer(Teleprompter):
     ):
         """`sampling`: LM request settings (e.g. max_tokens) for every program this run binds and
         every checkpoint evaluation, so each checkpoint is measured under one completion budget
-        whichever phase produced its program (a weight phase binds its own sampling).
+        whichever phase produced its program (a weight phase binds its own sampling); what it
+        leaves out is the weight phase's own (`WeightPhase.sampling()`), so without it the start
+        is measured as the weight phase's checkpoints are.
         `budget_unit`: what `budget` counts, rollouts, policy LM `calls` or completion `tokens`
         (optimizers.budget.BUDGET_UNITS)."""
         super().__init__()
@@ -116,7 +118,8 @@ class WhaleOptimizer(Teleprompter):
         self.evaluator = evaluator or ContainedEvaluator.for_long_evaluations(eval_threads)
         self.extra_config, self.on_event = dict(config or {}), on_event
         self.shared_evals = shared_evals  # base-weight evaluations other runs already measured
-        self.sampling = dict(sampling or {})
+        # One sampling for every checkpoint: the weight phase's where the run names none.
+        self.sampling = {**(weight_phase.sampling() if weight_phase else {}), **(sampling or {})}
         self.report: WhaleReport | None = None
 
     def compile(
