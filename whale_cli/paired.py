@@ -7,7 +7,8 @@ Give the reads in the order to subtract: every later read is compared with every
 the start goes first. Reads of one split with the same --limit and --seed score the same tasks
 with the same rollout ids, which is what makes the pairing tight. Seeds of one method join into one
 read with the path separator (`whale-s1:whale-s2`): their scores are pooled task by task, so its pairs
-are gains averaged over the seeds.
+are gains averaged over the seeds, and each such pair gets a second interval, a hierarchical bootstrap
+over seeds then tasks, which holds the spread a further seed's training adds and decides its verdict.
 """
 
 from __future__ import annotations

@@ -77,3 +77,44 @@ def paired_gain(
     gains = [float(np.mean(after[t]) - np.mean(before[t])) for t in shared]
     low, high = bootstrap_ci(gains, seed=seed, level=level)
     return PairedGain(gain=float(np.mean(gains)), low=low, high=high, tasks=len(shared))
+
+
+def seeded_gain(
+    before: Sequence[Mapping[str, Sequence[float]]],
+    after: Sequence[Mapping[str, Sequence[float]]],
+    *,
+    seed: int = 0,
+    level: float = CI_LEVEL,
+) -> PairedGain:
+    """`after` minus `before` where each is one method's seeds (one per-task map per seed), with a
+    hierarchical bootstrap CI: each resample draws each method's seeds with replacement, then the
+    tasks. Tasks are crossed with seeds (every seed reads the same tasks), so one task draw serves
+    every seed and the pairs stay on the same tasks. Unlike `paired_gain` over pooled seeds, the
+    interval holds the spread a further seed's training would add; a method with one seed adds none.
+    """
+    if not 0.5 <= level < 1.0:
+        raise ConfigError(f"a CI level of {level} is out of range: one in [0.5, 1)")
+    if not before or not after:
+        raise ConfigError("seeded_gain needs at least one seed on each side")
+    shared = [task for task in before[0] if all(task in s for s in (*before, *after))]
+    if not shared:
+        raise ConfigError("seeded_gain needs seeds that share at least one task")
+    a = np.array([[np.mean(s[t]) for t in shared] for s in after], dtype=float)
+    b = np.array([[np.mean(s[t]) for t in shared] for s in before], dtype=float)
+    rng = np.random.default_rng(seed)
+    tail = (1 - level) / 2
+    resamples = max(BOOTSTRAP_RESAMPLES, math.ceil(TAIL_RESAMPLES / tail))
+    draws = rng.integers(0, len(shared), size=(resamples, len(shared)))
+    flat = (draws + len(shared) * np.arange(resamples)[:, None]).ravel()
+    weights = np.bincount(flat, minlength=resamples * len(shared)).reshape(resamples, len(shared))
+    diffs = _seed_means(a, weights, rng) - _seed_means(b, weights, rng)
+    low, high = np.percentile(diffs, [tail * 100, 100 - tail * 100])
+    gain = float(a.mean() - b.mean())
+    return PairedGain(gain=gain, low=float(low), high=float(high), tasks=len(shared))
+
+
+def _seed_means(scores: np.ndarray, task_weights: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Per resample: the mean over resampled seeds of each seed's mean over the resampled tasks."""
+    per_seed = task_weights @ scores.T / scores.shape[1]  # resamples x seeds
+    picks = rng.integers(0, scores.shape[0], size=per_seed.shape)
+    return np.take_along_axis(per_seed, picks, axis=1).mean(axis=1)

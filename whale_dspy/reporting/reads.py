@@ -13,8 +13,8 @@ from itertools import combinations
 from typing import Any
 
 from whale_dspy.errors import ConfigError
-from whale_dspy.reporting.tables import paired_row, pooled_per_task
-from whale_dspy.stats import CI_LEVEL, PairedGain, paired_gain, task_mean_ci
+from whale_dspy.reporting.tables import SEEDED_NOTE, paired_row, pooled_per_task
+from whale_dspy.stats import CI_LEVEL, PairedGain, paired_gain, seeded_gain, task_mean_ci
 
 READ_REPORT = "report.json"
 """What `whale eval` writes into its --out folder when a read finishes."""
@@ -29,6 +29,12 @@ class Read:
     report: Mapping[str, Any]
     pooled: int = 1
     """How many reads (seeds of one method) this one pools task by task; see `pooled_read`."""
+    members: tuple[Mapping[str, Sequence[float]], ...] = ()
+    """The pooled seeds' own per-task scores, one map per seed (empty for a single read)."""
+
+    @property
+    def seeds(self) -> tuple[Mapping[str, Sequence[float]], ...]:
+        return self.members or (self.per_task,)
 
     @property
     def per_task(self) -> Mapping[str, Sequence[float]]:
@@ -43,7 +49,8 @@ class Read:
 def pooled_read(label: str, reads: Sequence[Read]) -> Read:
     """Several seeds of one method, read on the same tasks, as one read: each task's scores pooled
     over the seeds, as `whale report` pools a method's seeds. A pair with it is the gain averaged
-    over those seeds; its CI is over tasks, so it does not cover a further seed's training."""
+    over those seeds; its CI is over tasks, so it does not cover a further seed's training (the
+    seeds are kept as `members` for the interval that does, `seeded_gain`)."""
     if len(reads) == 1:
         return Read(label, reads[0].report)
     _one_split(reads)
@@ -68,7 +75,7 @@ def pooled_read(label: str, reads: Sequence[Read]) -> Read:
         "ci_low": low,
         "ci_high": high,
     }
-    return Read(label, report, pooled=len(reads))
+    return Read(label, report, pooled=len(reads), members=tuple(read.per_task for read in reads))
 
 
 def _one_split(reads: Sequence[Read]) -> None:
@@ -85,6 +92,17 @@ def read_pairs(reads: Sequence[Read], *, level: float = CI_LEVEL) -> list[tuple[
     return [(a, b, paired_gain(a.per_task, b.per_task, level=level)) for a, b in combinations(reads, 2)]
 
 
+def pair_row(before: Read, after: Read, gain: PairedGain, *, level: float, seeded: bool) -> str:
+    """A pair's row; with `seeded`, its interval over seeds too (n/a where both sides are one seed)."""
+    label = f"{after.label} − {before.label}"
+    if not seeded:
+        return paired_row(label, gain)
+    wide = None
+    if max(before.pooled, after.pooled) > 1:
+        wide = seeded_gain(before.seeds, after.seeds, level=level)
+    return paired_row(label, gain, wide, f"{before.pooled} vs {after.pooled}")
+
+
 def reads_table(reads: Sequence[Read], *, level: float = CI_LEVEL) -> str:
     """Markdown: each read's mean@k with its CI, then every pair's paired gain and verdict, with
     the pairs' intervals at `level` (each read's own stays the 95% its report holds)."""
@@ -98,16 +116,22 @@ def reads_table(reads: Sequence[Read], *, level: float = CI_LEVEL) -> str:
         interval = f"{r['mean_at_k']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}]"
         cells = (read.label, r.get("harness"), weights, read.dtype, r["tasks"], r["k"], interval)
         rows.append("| " + " | ".join(map(str, cells)) + " |")
-    rows += ["", f"| pair | gain | {level * 100:.4g}% CI | tasks | |", "|---|---|---|---|---|"]
+    at = f"{level * 100:.4g}%"
+    seeded = any(read.pooled > 1 for read in reads)
+    if seeded:
+        rows += ["", f"| pair | gain | {at} CI (tasks) | {at} CI (seeds, tasks) | tasks | seeds | |"]
+        rows.append("|---|---|---|---|---|---|---|")
+    else:
+        rows += ["", f"| pair | gain | {at} CI | tasks | |", "|---|---|---|---|---|"]
     pairs = read_pairs(reads, level=level)
-    rows += [paired_row(f"{after.label} − {before.label}", gain) for before, after, gain in pairs]
+    rows += [pair_row(before, after, gain, level=level, seeded=seeded) for before, after, gain in pairs]
     notes = ["Paired by task on the tasks both reads scored; percentile bootstrap CI over tasks."]
     pooled = [f"{read.label} pools {read.pooled}" for read in reads if read.pooled > 1]
     if pooled:
         notes.append(
             f"Seeds pooled task by task ({', '.join(pooled)} reads; k counts every seed's samples). A pair "
-            "with a pooled read is the gain averaged over its seeds; its CI covers the tasks, not the "
-            "training noise of a further seed."
+            "with a pooled read is the gain averaged over its seeds; its CI over tasks does not cover the "
+            "training noise of a further seed. " + SEEDED_NOTE
         )
     if level != CI_LEVEL:
         family = (1 - CI_LEVEL) / (1 - level)

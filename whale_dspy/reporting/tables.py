@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from whale_dspy.stats import PairedGain, paired_gain
+from whale_dspy.stats import PairedGain, paired_gain, seeded_gain
 
 SWEPT = "whale"
 """WHALE: `whale compare` runs it under every --schedule (the baselines keep the first), and the
@@ -169,19 +169,19 @@ def pooled_per_task(points: Sequence[Mapping[str, Any] | None]) -> dict[str, lis
     return dict(pooled)
 
 
-def paired_comparisons(reports: Sequence[dict[str, Any]]) -> list[tuple[str, PairedGain]]:
-    """(label, PairedGain) of each method's final checkpoint against the untouched start, and of
-    WHALE's against every other method's, paired by test task with the (finished) seeds pooled.
-
-    Every run evaluates the same tasks on common rollout ids, so pairing removes the
-    between-task variance that makes two separate CIs overlap; "beyond noise" is a CI that
-    excludes zero. The final checkpoint is compared, not the best: the best is picked on test.
-    """
+def comparison_seeds(
+    reports: Sequence[dict[str, Any]],
+) -> list[tuple[str, list[dict[str, list[float]]], list[dict[str, list[float]]]]]:
+    """(label, before's seeds, after's seeds) of each method's final checkpoint against the
+    untouched start, and of WHALE's against every other method's: one per-task map per seed."""
     groups = group_by_method(reports)
-    finals = {label: pooled_per_task([r["final"] for r in finished(runs)]) for label, runs in groups.items()}
+
+    def seeds(points: Sequence[Mapping[str, Any] | None]) -> list[dict[str, list[float]]]:
+        return [m for m in (pooled_per_task([p]) for p in points) if m]
+
+    finals = {label: seeds([r["final"] for r in finished(runs)]) for label, runs in groups.items()}
     starts = {
-        label: pooled_per_task([r["curve"][0] if r["curve"] else None for r in runs])
-        for label, runs in groups.items()
+        label: seeds([r["curve"][0] if r["curve"] else None for r in runs]) for label, runs in groups.items()
     }
     pairs = [(f"{label} − start", starts[label], finals[label]) for label in groups]
     pairs += [
@@ -191,21 +191,81 @@ def paired_comparisons(reports: Sequence[dict[str, Any]]) -> list[tuple[str, Pai
         for other, others in groups.items()
         if others[0]["method"] != SWEPT
     ]
-    return [(label, paired_gain(before, after)) for label, before, after in pairs if set(before) & set(after)]
+    return [(label, before, after) for label, before, after in pairs if before and after]
 
 
-def paired_row(label: str, gain: PairedGain) -> str:
-    """One Markdown row: label, gain, its 95% CI, tasks, and whether it is beyond noise."""
-    verdict = "beyond noise" if gain.beyond_noise else "within noise"
+def paired_comparisons(reports: Sequence[dict[str, Any]]) -> list[tuple[str, PairedGain]]:
+    """(label, PairedGain) of each `comparison_seeds` pair, paired by test task with the (finished)
+    seeds pooled.
+
+    Every run evaluates the same tasks on common rollout ids, so pairing removes the
+    between-task variance that makes two separate CIs overlap; "beyond noise" is a CI that
+    excludes zero. The final checkpoint is compared, not the best: the best is picked on test.
+    """
+    pooled = [
+        (
+            label,
+            pooled_per_task([{"per_task": s} for s in before]),
+            pooled_per_task([{"per_task": s} for s in after]),
+        )
+        for label, before, after in comparison_seeds(reports)
+    ]
+    return [
+        (label, paired_gain(before, after)) for label, before, after in pooled if set(before) & set(after)
+    ]
+
+
+def seeded_comparisons(reports: Sequence[dict[str, Any]]) -> dict[str, PairedGain]:
+    """The hierarchical interval (seeds, then tasks) of each pair where a side has several seeds."""
+    return {
+        label: seeded_gain(before, after)
+        for label, before, after in comparison_seeds(reports)
+        if max(len(before), len(after)) > 1 and _shared(before, after)
+    }
+
+
+def _shared(before: Sequence[Mapping[str, Any]], after: Sequence[Mapping[str, Any]]) -> bool:
+    return bool(set.intersection(*(set(s) for s in (*before, *after))))
+
+
+def paired_row(label: str, gain: PairedGain, seeded: PairedGain | None = None, seeds: str = "") -> str:
+    """One Markdown row: label, gain, its 95% CI over tasks, tasks, and whether it is beyond noise;
+    with `seeded`, its interval over seeds and tasks too, which then decides the verdict."""
+    decider = seeded or gain
+    verdict = "beyond noise" if decider.beyond_noise else "within noise"
     interval = f"[{_signed(gain.low)}, {_signed(gain.high)}]"
+    if seeds:
+        wide = f"[{_signed(seeded.low)}, {_signed(seeded.high)}]" if seeded else "n/a"
+        return (
+            f"| {label} | {_signed(gain.gain)} | {interval} | {wide} | {gain.tasks} | {seeds} | {verdict} |"
+        )
     return f"| {label} | {_signed(gain.gain)} | {interval} | {gain.tasks} | {verdict} |"
 
 
+SEEDED_NOTE = (
+    "With seeds: a hierarchical bootstrap (each method's seeds resampled, then the tasks), so the "
+    "interval holds the spread a further seed's training adds; it decides the verdict where shown."
+)
+
+
 def paired_table(reports: Sequence[dict[str, Any]]) -> str:
-    """The paired comparisons as Markdown: gain, its 95% CI, tasks, and whether it is beyond noise."""
-    rows = ["| final checkpoint | gain | 95% CI | tasks | |", "|---|---|---|---|---|"]
-    rows += [paired_row(label, gain) for label, gain in paired_comparisons(reports)]
-    note = "Paired by test task, seeds pooled; bootstrap CI over tasks.\n"
+    """The paired comparisons as Markdown: gain, its 95% CI, tasks, and whether it is beyond noise;
+    where a method has several seeds, the interval over seeds and tasks beside the one over tasks."""
+    seeded = seeded_comparisons(reports)
+    counts = {label: f"{len(b)} vs {len(a)}" for label, b, a in comparison_seeds(reports)}
+    if not seeded:
+        rows = ["| final checkpoint | gain | 95% CI | tasks | |", "|---|---|---|---|---|"]
+        rows += [paired_row(label, gain) for label, gain in paired_comparisons(reports)]
+        return "\n".join(rows) + "\n\nPaired by test task, seeds pooled; bootstrap CI over tasks.\n"
+    rows = [
+        "| final checkpoint | gain | 95% CI (tasks) | 95% CI (seeds, tasks) | tasks | seeds | |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    rows += [
+        paired_row(label, gain, seeded.get(label), counts[label])
+        for label, gain in paired_comparisons(reports)
+    ]
+    note = f"Paired by test task, seeds pooled; bootstrap CI over tasks. {SEEDED_NOTE}\n"
     return "\n".join(rows) + "\n\n" + note
 
 
