@@ -134,7 +134,7 @@ class MetaHarness(Teleprompter):
 
     # -- compile: the patience rule over the phase ------------------------------------------
 
-    def compile(self, student: dspy.Module, *, trainset: list, valset: list | None = None, **_: Any):
+    def compile(self, student: dspy.Module, *, trainset: list, valset: list | None = None):
         """Search harnesses on `trainset` (the harness-search tasks); valset is not used here."""
         history: list[HarnessIteration] = []
         best, reason = None, "max_iterations"

@@ -11,10 +11,8 @@ its budget rule and its accounting.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +34,7 @@ from optimizers.checkpoint import (
     load_state,
     store_harness,
 )
+from optimizers.compile_sets import RunSets, fingerprint, run_sets
 from optimizers.methods import HARNESS, WEIGHT, Method, get_method
 from optimizers.phases import HarnessPhase, PhaseDriver, WeightPhase, harness_driver, weight_driver
 from optimizers.schedules import Schedule
@@ -56,14 +55,6 @@ log = logging.getLogger(__name__)
 
 EVAL_NAMESPACE = "whale"
 """One rollout-id namespace for every checkpoint's test evaluation: common random numbers."""
-
-
-@dataclass(frozen=True)
-class _Data:
-    trainset: Sequence[dspy.Example]
-    searchset: Sequence[dspy.Example]
-    evalset: Sequence[dspy.Example] | None
-    eval_split: str
 
 
 CHECKPOINT_SAMPLING = {"temperature": 1.0}
@@ -128,17 +119,27 @@ class WhaleOptimizer(Teleprompter):
         *,
         trainset: Sequence[dspy.Example],
         valset: Sequence[dspy.Example] | None = None,
+        track: Sequence[dspy.Example] | None = None,
+        track_name: str = "test",
+        resume: bool = False,
         searchset: Sequence[dspy.Example] | None = None,
         testset: Sequence[dspy.Example] | None = None,
-        resume: bool = False,
     ) -> HarnessProgram:
-        """Run (or continue) the alternation until the budget is spent.
+        """Run (or continue) the alternation until the budget is spent; the result is a HarnessProgram.
 
-        The periodic evaluations score `valset` when one is given (hyperparameter
-        studies select on it and never see the test split), else `testset`. `student` is any
-        dspy.Module (see `whale_dspy.student`); the result is a HarnessProgram.
+        `student`: any dspy.Module (see `whale_dspy.student`). `trainset`: the weight phase's
+        tasks. `valset`: the harness search's tasks (default: half of `trainset`, chosen by task
+        id, when the method searches harnesses). `track`: held-out tasks scored every
+        `eval_every` rollouts and at the end, the run's curve (default none). `track_name`: what
+        that split is called in the records ("val" for the validation tasks a study selects on).
+        `resume`: continue the run recorded in `run_dir`. `searchset`/`testset`: deprecated
+        spellings of `valset`/`track` (see optimizers.compile_sets).
         """
-        data = self._check_data(trainset, searchset, valset, testset)
+        sets = run_sets(
+            trainset, valset, track, track_name, searchset=searchset, testset=testset,
+            searches=HARNESS in self.method.needs,
+        )  # fmt: skip
+        data = self._check_data(sets)
         student = as_harness(student, examples=[*data.trainset, *data.searchset])
         if resume and not (self.run_dir / CONFIG_FILE).exists():  # before the lock makes the folder
             raise ConfigError(f"nothing to resume: {self.run_dir} holds no run (no config.json)")
@@ -155,18 +156,18 @@ class WhaleOptimizer(Teleprompter):
 
     # -- setup ---------------------------------------------------------------------------------
 
-    def _check_data(self, trainset: Any, searchset: Any, valset: Any, testset: Any) -> _Data:
+    def _check_data(self, sets: RunSets) -> RunSets:
         check_metric(self.metric)
-        if WEIGHT in self.method.needs and not trainset:
+        if WEIGHT in self.method.needs and not sets.trainset:
             raise ConfigError(f"method {self.method.name!r} needs a non-empty trainset for the weight phase")
-        if HARNESS in self.method.needs and not searchset:
+        if HARNESS in self.method.needs and not sets.searchset:
             raise ConfigError(
-                f"method {self.method.name!r} needs a non-empty searchset for the harness phase"
+                f"method {self.method.name!r} needs a non-empty searchset (compile's valset) "
+                "for the harness phase"
             )
-        evalset, split = (valset, "val") if valset else (testset, "test")
-        return _Data(list(trainset or ()), list(searchset or ()), list(evalset) if evalset else None, split)
+        return sets
 
-    def _config(self, student: HarnessProgram, data: _Data) -> dict[str, Any]:
+    def _config(self, student: HarnessProgram, data: RunSets) -> dict[str, Any]:
         """What a resumed run must share with the original; RunDir refuses any difference."""
         return {
             "method": self.method.to_dict(),
@@ -177,15 +178,11 @@ class WhaleOptimizer(Teleprompter):
             "eval_k": self.eval_k,
             "sampling": self.sampling,
             "student": {"name": student.source.name, "digest": student.source.digest},
-            "data": {
-                "trainset": _fingerprint(data.trainset),
-                "searchset": _fingerprint(data.searchset),
-                data.eval_split + "set": _fingerprint(data.evalset),
-            },
+            "data": data.fingerprints(),
             **self.extra_config,
         }
 
-    def _open(self, student: HarnessProgram, data: _Data) -> Recorder:
+    def _open(self, student: HarnessProgram, data: RunSets) -> Recorder:
         run = RunDir.open(self.run_dir, self._config(student, data))
         repair_jsonl(run.events_path)  # a torn last line (kill -9) must not precede new events
         recorder = Recorder(run, load_state(run, initial_state(run, student.source)), self.on_event)
@@ -223,7 +220,7 @@ class WhaleOptimizer(Teleprompter):
 
     # -- phases --------------------------------------------------------------------------------
 
-    def _run_phase(self, recorder: Recorder, program: HarnessProgram, data: _Data) -> HarnessProgram:
+    def _run_phase(self, recorder: Recorder, program: HarnessProgram, data: RunSets) -> HarnessProgram:
         """Open (or continue) the next phase, drive it unit by unit, and close it."""
         state = recorder.state
         kind = self.method.phase_at(state.position)
@@ -244,7 +241,7 @@ class WhaleOptimizer(Teleprompter):
         return program
 
     def _drive(
-        self, recorder: Recorder, program: HarnessProgram, driver: PhaseDriver, kind: str, data: _Data
+        self, recorder: Recorder, program: HarnessProgram, driver: PhaseDriver, kind: str, data: RunSets
     ) -> tuple[HarnessProgram, str]:
         stream = None
         try:
@@ -277,7 +274,7 @@ class WhaleOptimizer(Teleprompter):
             return "budget" if cap == self.budget.amount else "stage share"
         return None
 
-    def _driver(self, kind: str, data: _Data, run: RunDir) -> PhaseDriver:
+    def _driver(self, kind: str, data: RunSets, run: RunDir) -> PhaseDriver:
         if kind == WEIGHT:
             return weight_driver(self.weight_phase, data.trainset, self.schedule, self.method)
         return harness_driver(
@@ -291,7 +288,7 @@ class WhaleOptimizer(Teleprompter):
     # -- evaluation ----------------------------------------------------------------------------
 
     def _evaluate(
-        self, recorder: Recorder, program: HarnessProgram, data: _Data, *, force: bool = False
+        self, recorder: Recorder, program: HarnessProgram, data: RunSets, *, force: bool = False
     ) -> None:
         """Test mean@k at this many rollouts, when due; never charged to the optimization budget."""
         state = recorder.state
@@ -314,7 +311,7 @@ class WhaleOptimizer(Teleprompter):
                     self.shared_evals.put(key, fields, trace)
         recorder.record(EVALUATION, rollouts=spent, next_eval=self._next_eval(spent), **fields)
 
-    def _measure(self, program: HarnessProgram, data: _Data, namespace: str, trace: Path) -> dict[str, Any]:
+    def _measure(self, program: HarnessProgram, data: RunSets, namespace: str, trace: Path) -> dict[str, Any]:
         """Run the evaluation: the fields an evaluation event records."""
         result, _ = self.evaluator.evaluate(
             program,
@@ -345,13 +342,13 @@ class WhaleOptimizer(Teleprompter):
             adapter=program.adapter_name,
         )
 
-    def _shared_key(self, program: HarnessProgram, data: _Data, namespace: str) -> str | None:
+    def _shared_key(self, program: HarnessProgram, data: RunSets, namespace: str) -> str | None:
         """The shared-evaluation key of a base-weight program; None when nothing is shared."""
         if self.shared_evals is None or program.adapter_name is not None:
             return None
         return self.shared_evals.key(
             harness=program.source.digest,
-            tasks=_fingerprint(data.evalset),
+            tasks=fingerprint(data.evalset),
             k=self.eval_k,
             namespace=namespace,
             lm=program.bound_lm,
@@ -359,11 +356,3 @@ class WhaleOptimizer(Teleprompter):
 
     def _next_eval(self, spent: int) -> int:
         return (spent // self.eval_every + 1) * self.eval_every
-
-
-def _fingerprint(split: Sequence[dspy.Example] | None) -> dict[str, Any] | None:
-    """A split's size and a digest of its task ids (or inputs), so a resume on other data is refused."""
-    if split is None:
-        return None
-    keys = [str(e.get("task_id") or sorted(e.toDict().items())) for e in split]
-    return {"tasks": len(keys), "digest": hashlib.sha256("\x1f".join(keys).encode()).hexdigest()[:12]}

@@ -113,7 +113,7 @@ def test_a_whale_run_on_a_model_written_student_scores_and_trains_nothing(tmp_pa
         method="weight-only",
     )  # the default evaluators: nothing here asks for containment
     try:
-        result = whale.compile(cheat(route), trainset=cd.tasks(2), testset=cd.tasks(2))
+        result = whale.compile(cheat(route), trainset=cd.tasks(2), track=cd.tasks(2))
     finally:
         cd.restore_metric()
     curve = result.report.curve

@@ -129,7 +129,7 @@ def test_whale_optimizer_compiles_the_users_program(tmp_path):
         harness_phase=meta,
     )
     program = optimizer.compile(
-        LookupQA(lookup, notes=1), trainset=questions(2), searchset=questions(2), testset=questions(2)
+        LookupQA(lookup, notes=1), trainset=questions(2), valset=questions(2), track=questions(2)
     )
     assert [p.phase for p in program.report.phases][:2] == ["weight", "harness"]
     assert (

@@ -58,7 +58,7 @@ def test_whale_compiles_a_users_program_on_the_embedded_model(merged_server, tmp
     testset = echo_tasks(WORDS[40:46])
     with dspy.context(adapter=dspy.JSONAdapter()):
         best = whale.compile(
-            EchoAgent(tidy), trainset=echo_tasks(WORDS[:4]), searchset=echo_tasks(WORDS[4:9]), testset=testset
+            EchoAgent(tidy), trainset=echo_tasks(WORDS[:4]), valset=echo_tasks(WORDS[4:9]), track=testset
         )
         phases = [p.phase for p in best.report.phases if p.units]
         assert phases[:2] == ["weight", "harness"], phases

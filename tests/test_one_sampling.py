@@ -57,7 +57,7 @@ def test_the_explicit_form_without_sampling_evaluates_the_start_as_its_weight_ch
         weight_phase=weight,
         method="weight-only",
     )
-    optimizer.compile(LookupQA(lookup, notes=1), trainset=questions(2), testset=questions(2))
+    optimizer.compile(LookupQA(lookup, notes=1), trainset=questions(2), track=questions(2))
     seen = checkpoint_sampling(tmp_path / "run")
     assert {json.dumps(s, sort_keys=True) for s in seen} == {'{"max_tokens": 64, "temperature": 0.9}'}
 

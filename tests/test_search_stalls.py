@@ -41,7 +41,7 @@ def test_a_harness_only_run_without_candidates_finishes(tmp_path, proposer):
         harness_phase=search(tmp_path, proposer),
         method="harness-only",
     )
-    result = whale.compile(student(lm=server.lm()), trainset=[], searchset=tasks(2), testset=tasks(2))
+    result = whale.compile(student(lm=server.lm()), trainset=[], valset=tasks(2), track=tasks(2))
     events = [json.loads(line) for line in (tmp_path / "run" / "events.jsonl").read_text().splitlines()]
     iterations = [e for e in events if e["kind"] == "harness_iteration"]
     assert len(iterations) == 1 + MAX_EMPTY_ITERATIONS  # h0, then the empty ones that end the phase

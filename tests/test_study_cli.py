@@ -117,8 +117,9 @@ def whale_trials(tmp_path: Path, *, wilcoxon: bool, wrong: frozenset[int] = froz
         program = opt.compile(
             student(server),
             trainset=tasks("train", 10),
-            searchset=tasks("search", 3),
-            valset=valset,
+            valset=tasks("search", 3),
+            track=valset,
+            track_name="val",
         )
         return program.report.best.mean_at_k
 

@@ -164,7 +164,7 @@ def test_compile_returns_a_new_program_on_the_final_harness_and_adapter(tmp_path
     server = backend()
     original = student(server)
     opt = optimizer(tmp_path / "run", server, weight=FakeWeightPhase(server), harness=FakeHarnessPhase())
-    program = opt.compile(original, trainset=tasks("train", 10), searchset=tasks("search", 3))
+    program = opt.compile(original, trainset=tasks("train", 10), valset=tasks("search", 3))
     assert original.adapter_name is None and original.source.name == "h0"
     assert program is not original and program.report is opt.report
     assert program.adapter_name == opt.report.adapter["name"]
@@ -184,5 +184,5 @@ def test_missing_pieces_are_refused_before_any_work(tmp_path):
         optimizer(tmp_path / "c", server, weight=FakeWeightPhase(server), method="weight-only", budget=0)
     opt = optimizer(tmp_path / "d", server, harness=FakeHarnessPhase(), method="harness-only")
     with pytest.raises(ConfigError, match="needs a non-empty searchset"):
-        opt.compile(student(server), trainset=[], searchset=[])
+        opt.compile(student(server), trainset=[], valset=[])
     assert not (tmp_path / "d").exists()

@@ -78,7 +78,7 @@ def compile_real(run_dir, *, on_event=None, budget=70):
         on_event=on_event,
     )
     student = HarnessProgram(HarnessSource("toy_h0", TOY).vouched(), QA, lm=server.lm())
-    program = optimizer.compile(student, trainset=tasks(8), searchset=tasks(3), testset=tasks(2))
+    program = optimizer.compile(student, trainset=tasks(8), valset=tasks(3), track=tasks(2))
     return program, server
 
 

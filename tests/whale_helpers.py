@@ -245,8 +245,8 @@ def compile_run(opt: WhaleOptimizer, server: FakeBackend, **options: Any) -> Har
     return opt.compile(
         student(server),
         trainset=tasks("train", 10),
-        searchset=tasks("search", 3),
-        testset=tasks("test", 2),
+        valset=tasks("search", 3),
+        track=tasks("test", 2),
         **options,
     )
 

@@ -147,8 +147,8 @@ def execute(
         program = optimizer.compile(
             student_of(data, backend, settings),
             trainset=data.trainset,
-            searchset=data.searchset,
-            testset=data.testset,
+            valset=data.searchset,
+            track=data.testset,
         )
     report = program.report.to_dict()
     table, plot = write_outputs(

@@ -178,8 +178,9 @@ class StudyTrials:
         program = optimizer.compile(
             student_of(self.data, self.backend, self.settings),
             trainset=self.data.trainset,
-            searchset=self.data.searchset,
-            valset=self.valset,  # the periodic evaluations score validation tasks, never test
+            valset=self.data.searchset,
+            track=self.valset,  # the periodic evaluations score validation tasks, never test
+            track_name="val",
         )
         report = program.report
         reporter.record(rollouts=report.spend.rollouts, final_validation=report.final.mean_at_k)
