@@ -139,6 +139,7 @@ def test_whale_optimizer_compiles_the_users_program(tmp_path):
     [started] = RunDir(tmp_path / "run").events("run_started")  # the record says what ran, and where
     assert started["served_model"] == "base" and started["environment"]["machine"]["cores"] >= 1
     assert started["environment"]["packages"]["dspy"] == dspy.__version__
+    assert set(started["environment"]["code"]) >= {"commit", "dirty"}  # the code that ran, or why unknown
 
 
 def test_better_together_runs_bootstrap_few_shot_and_our_weight_phase(tmp_path):

@@ -18,7 +18,7 @@ from whale_dspy.errors import ConfigError
 from whale_dspy.evaluation import EvalReport
 from whale_dspy.harness import HarnessSource
 from whale_dspy.jsonl import atomic_write_json, read_jsonl, repair_jsonl
-from whale_dspy.provenance import environment
+from whale_dspy.provenance import adapter_checksums, environment
 from whale_dspy.records import Rollout
 from whale_dspy.reporting.reads import READ_REPORT
 from whale_dspy.rundir import CONFIG_FILE, RunDir, as_recorded, config_differences
@@ -104,7 +104,9 @@ def write_read(
     adapter folder, whether the harness ran sandboxed), the machine, then the scores. `whale eval`
     and `whale search`'s held-out tests write the same record. Two searches' reads of one
     --test-tasks and --eval-k share tasks and rollout ids, so they pair tightly; a search's read
-    pairs with a `whale eval` read of the same tasks by task only (other rollout ids)."""
+    pairs with a `whale eval` read of the same tasks by task only (other rollout ids). The adapter's
+    files are recorded by checksum: folders are paths on one machine, and names are reused."""
     meta = {"domain": domain, "harness": harness, "split": split, "model": model, "adapter": adapter}
+    meta["adapter_sha256"] = adapter_checksums(adapter)
     meta |= {"run": run, "contained": contained, "serving": serving, "output_format": output_format}
     atomic_write_json(out / READ_REPORT, {**meta, "environment": environment(), **report.to_dict()})

@@ -25,6 +25,7 @@ from rich.console import Console
 from rich.table import Table
 
 from domains import DOMAIN_HELP
+from optimizers.config import DECISION_FIELDS, agent_jail
 from whale_cli.arguments import (
     add_agent_arguments,
     add_decision_arguments,
@@ -34,14 +35,13 @@ from whale_cli.arguments import (
 )
 from whale_cli.eval import add_harness_arguments, load_adapter_folder
 from whale_cli.read_folder import TRACES_FILE, write_read
-from whale_cli.run_settings import DECISION_FIELDS, agent_jail
 from whale_cli.wiring import DATA_SEED, proposer_lm
 from whale_dspy.backends import RemoteServer
 from whale_dspy.evaluation import InProcessEvaluator
 from whale_dspy.harness import HarnessProgram
 from whale_dspy.jsonl import atomic_write_json
 from whale_dspy.protocols import CandidateEvaluator, InferenceBackend
-from whale_dspy.provenance import environment
+from whale_dspy.provenance import adapter_checksums, environment
 from whale_dspy.reporting.tables import count_cell
 from whale_dspy.stats import PairedGain, paired_gain
 
@@ -284,6 +284,7 @@ def search(
     console.print(test_table(results, args.eval_k))
     record = {"search": asdict(best.report), "test": results, "served_model": served}
     record["adapter"] = adapter_folder
+    record["adapter_sha256"] = adapter_checksums(adapter_folder)
     record["serving"] = serving
     record["environment"] = environment()
     if best_label in reports:  # a best unlike h0, on the same tasks and sample ids: pair them
