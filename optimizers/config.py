@@ -1,4 +1,7 @@
-"""`RunSettings`: everything `whale run` was asked for, validated when built, recorded in the run folder.
+"""`RunSettings`: the one configuration of a run, validated when built, recorded in the run folder.
+
+The library owns it: the CLI's flags and `--config` file only parse text into it, and
+`whale config show` prints it resolved.
 
 The run's config.json holds `RunSettings.record()`, so `whale run --resume DIR` rebuilds exactly
 the same run from the directory alone (`RunSettings.from_run`).
@@ -14,7 +17,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
-from whale_cli.presets import get_preset
+from optimizers.presets import get_preset
 from whale_dspy.backends.vllm_server import ADAPTER_SERVING, DEFAULT_MODEL, thinking_template_kwargs
 from whale_dspy.errors import ConfigError
 from whale_dspy.rundir import RunDir

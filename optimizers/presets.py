@@ -1,4 +1,4 @@
-"""Named phase sizes for one kind of machine: the registry `--preset` reads, its help and its check.
+"""Named phase sizes for one kind of machine: the registry RunSettings (and `--preset`) reads.
 
 A preset names the weight phase's RFT settings (an `RFTConfig` constructor) and the harness
 phase's sizes (MetaHarnessConfig fields); the run's own settings (seed, tag, device) are laid over

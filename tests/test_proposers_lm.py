@@ -230,8 +230,8 @@ def test_the_command_proposer_sees_neither_the_test_split_nor_secrets(archive, t
 
 
 def test_the_jail_grants_exactly_what_it_is_given(archive, tmp_path, monkeypatch):
+    from optimizers.config import RunSettings
     from optimizers.proposers import Jail
-    from whale_cli.run_settings import RunSettings
 
     config = tmp_path / "agent.conf"
     config.write_text("agent-config-5b1e")

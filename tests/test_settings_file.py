@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from test_gpu_sizing import QWEN3_4B, QWEN25_05B
 
+from optimizers.config import RunSettings
 from whale_cli.main import build_parser, main
-from whale_cli.run_settings import RunSettings
 from whale_cli.settings_file import read_settings_file, settings_from_args
 from whale_dspy.backends.gpu_sizing import kv_bytes_per_token
 from whale_dspy.errors import ConfigError
@@ -106,7 +106,7 @@ def test_the_trainer_is_placed_by_the_settings(tmp_path: Path) -> None:
 
 
 def test_a_preset_sizes_both_phases_and_an_unknown_one_names_the_valid() -> None:
-    from whale_cli.presets import PRESETS
+    from optimizers.presets import PRESETS
 
     for name, preset in PRESETS.items():
         meta = preset.meta_harness_config(seed=1, prompt_only=False)
@@ -120,8 +120,8 @@ def test_a_preset_sizes_both_phases_and_an_unknown_one_names_the_valid() -> None
 
 
 def test_whale_eval_samples_as_the_run_it_checks_unless_told_otherwise() -> None:
+    from optimizers.presets import PRESETS
     from whale_cli.eval import eval_sampling, with_run_defaults
-    from whale_cli.presets import PRESETS
 
     run = RunSettings(domain="math").sampling
     assert eval_sampling(with_run_defaults(build_parser().parse_args(["eval", "--domain", "math"]))) == run

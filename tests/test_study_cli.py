@@ -23,11 +23,11 @@ from whale_helpers import (
     toy_evaluator,
 )
 
+from optimizers.config import RunSettings
 from optimizers.schedules import parse_schedule
 from optimizers.search_space import SearchSpace
 from optimizers.study import StudyConfig, make_pruner, run_study, summarize
 from whale_cli import study as study_cli
-from whale_cli.run_settings import RunSettings
 from whale_cli.wiring import RunData
 from whale_dspy.errors import ConfigError
 from whale_dspy.harness import HarnessSource

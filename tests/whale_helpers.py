@@ -255,8 +255,8 @@ def scripted_run(
     run_dir: Path, *, budget: int = 60, delay: float = 0.0, console: Any = None
 ) -> dict[str, Any]:
     """`whale run`'s CLI path (progress, outputs, resume) on scripted phases: the test entry point."""
+    from optimizers.config import RunSettings
     from whale_cli.run import execute
-    from whale_cli.run_settings import RunSettings
     from whale_cli.wiring import RunData
 
     settings = RunSettings(domain="scripted", schedule="fixed:0.6,3", budget=budget, eval_every=20, eval_k=2)

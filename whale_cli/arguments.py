@@ -7,8 +7,8 @@ import shlex
 from pathlib import Path
 
 from domains import DOMAIN_HELP
-from whale_cli.presets import PRESET_HELP, PRESETS
-from whale_cli.run_settings import RunSettings
+from optimizers.config import RunSettings
+from optimizers.presets import PRESET_HELP, PRESETS
 from whale_dspy.backends.vllm_server import ADAPTER_SERVING, DEFAULT_MODEL
 
 

@@ -12,9 +12,9 @@ import json
 from dataclasses import asdict
 from typing import Any
 
+from optimizers.config import RunSettings
+from optimizers.presets import get_preset
 from whale_cli.arguments import add_run_arguments, add_seed_argument
-from whale_cli.presets import get_preset
-from whale_cli.run_settings import RunSettings
 from whale_cli.settings_file import settings_from_args, settings_toml
 from whale_dspy.errors import ConfigError
 

@@ -26,9 +26,9 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from optimizers.config import RunSettings
 from whale_cli.arguments import add_run_arguments, add_seed_argument
 from whale_cli.report import print_phases, print_summary, write_outputs
-from whale_cli.run_settings import RunSettings
 from whale_cli.search import decision_cell
 from whale_cli.settings_file import given_settings
 from whale_cli.wiring import RunData, load_data, make_backend, make_optimizer, student_of

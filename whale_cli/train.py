@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from domains import DOMAIN_HELP
+from optimizers.presets import PRESET_HELP, PRESETS, get_preset
 from whale_cli.arguments import add_model_argument, add_thinking_argument
 from whale_cli.eval import add_harness_arguments
-from whale_cli.presets import PRESET_HELP, PRESETS, get_preset
 from whale_dspy.backends.vllm_server import thinking_template_kwargs
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from rich.console import Console
 
+from optimizers.config import RunSettings
 from whale_cli.run import served
-from whale_cli.run_settings import RunSettings
 from whale_cli.wiring import evaluate_on_test, load_data, make_backend
 from whale_dspy.errors import ConfigError
 from whale_dspy.harness import HarnessSource

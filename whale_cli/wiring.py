@@ -1,7 +1,7 @@
 """Builds a run from CLI settings: domain data, seed harness, server, trainer, phases, optimizer.
 
 This is the one place that knows every package (domains, harness programs,
-backends, optimizers); it builds everything from one `RunSettings` (whale_cli.run_settings).
+backends, optimizers); it builds everything from one `RunSettings` (optimizers.config).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import Any
 
 import dspy
 
-from whale_cli.presets import get_preset
-from whale_cli.run_settings import RunSettings
+from optimizers.config import RunSettings
+from optimizers.presets import get_preset
 from whale_dspy.backends.vllm_server import thinking_template_kwargs
 from whale_dspy.errors import ConfigError
 from whale_dspy.harness import HarnessProgram, HarnessSource
