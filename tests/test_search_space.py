@@ -12,11 +12,11 @@ import pytest
 from meta_harness_helpers import BROKEN, GOOD, QA, TOY, archive_with, exact, source, tasks
 from sandbox_helpers import TEST_LIMITS
 
+from optimizers.assembly import proposer_lm
 from optimizers.proposers import MechanismProposer, MutationProposer
 from optimizers.proposers.demos import call_fields, demos_from
 from optimizers.proposers.diagnosis import indicated_edits, symptoms
 from optimizers.proposers.edits import EDITS_BY_NAME, FEW_SHOT_HYPOTHESIS, few_shot
-from whale_cli.wiring import proposer_lm
 from whale_dspy.errors import ConfigError
 from whale_dspy.evaluation import evaluate
 from whale_dspy.harness import HarnessProgram, HarnessSource

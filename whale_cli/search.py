@@ -25,6 +25,7 @@ from rich.console import Console
 from rich.table import Table
 
 from domains import DOMAIN_HELP
+from optimizers.assembly import proposer_lm
 from optimizers.config import DECISION_FIELDS, agent_jail
 from whale_cli.arguments import (
     add_agent_arguments,
@@ -35,7 +36,7 @@ from whale_cli.arguments import (
 )
 from whale_cli.eval import add_harness_arguments, load_adapter_folder
 from whale_cli.read_folder import TRACES_FILE, write_read
-from whale_cli.wiring import DATA_SEED, proposer_lm
+from whale_cli.wiring import DATA_SEED
 from whale_dspy.backends import RemoteServer
 from whale_dspy.evaluation import InProcessEvaluator
 from whale_dspy.harness import HarnessProgram

@@ -8,19 +8,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import dspy
 
 from optimizers.config import RunSettings
-from optimizers.presets import get_preset
 from whale_dspy.backends.vllm_server import thinking_template_kwargs
 from whale_dspy.errors import ConfigError
 from whale_dspy.harness import HarnessProgram, HarnessSource
 from whale_dspy.protocols import Domain, InferenceBackend
-from whale_dspy.rundir import RunDir
 
 DATA_SEED = 0
 """Task subsampling does not follow --seed: every method and seed sees the same tasks."""
@@ -162,70 +160,6 @@ def evaluate_on_test(
     return report
 
 
-SERVED_MODEL = "served"
-"""A proposer MODEL naming the run's own served model (offline: no API, no key)."""
-PROPOSER_MAX_TOKENS = 256
-"""Completion budget of a proposer on the served model (a mechanism choice and one sentence)."""
-
-
-def proposer_lm(model: str, backend: InferenceBackend | None) -> Any:
-    """A proposer's LM: `served` is the run's own server's base model, anything else a litellm id."""
-    import dspy
-
-    if model != SERVED_MODEL:
-        return dspy.LM(model)
-    if backend is None:
-        raise ConfigError(
-            f"a proposer on the {SERVED_MODEL!r} model needs a running server: pass --server-url "
-            "(start one with `whale serve --model ...`)"
-        )
-    return backend.lm(max_tokens=PROPOSER_MAX_TOKENS)
-
-
-def make_phases(settings: RunSettings, backend: InferenceBackend, metric: Callable, run_dir: Path) -> tuple:
-    """(weight phase, harness phase, their configs) sized by the preset."""
-    from optimizers.meta_harness import MetaHarness, sandboxed_evaluator
-    from optimizers.methods import get_method
-    from optimizers.proposers import ProposerOptions, proposer_from_spec
-    from optimizers.rft import RejectionSamplingFinetune
-    from whale_dspy.training.lora_trainer import LoraTrainer
-
-    prompt_only = get_method(settings.method).prompt_only
-    sizing = settings.gpu_sizing()
-    rft_config = settings.rft_config(sizing)
-    preset = get_preset(settings.preset)
-    sized = {"threads": sizing.threads} if sizing else {}
-    meta_config = preset.meta_harness_config(
-        seed=settings.seed, prompt_only=prompt_only, **sized, **settings.decision()
-    )
-    rft = RejectionSamplingFinetune(
-        backend=backend,
-        # A shared server may be sampling for other runs while this one trains (see LoraTrainer).
-        trainer=LoraTrainer(
-            rft_config.training, cpu_threads=1 if backend.shared else None, launcher=settings.train_launcher
-        ),
-        metric=metric,
-        config=rft_config,
-        run_dir=RunDir(run_dir),
-    )
-    options = ProposerOptions(
-        seed=settings.seed,
-        prompt_only=prompt_only,
-        jail=settings.agent_jail,
-        make_lm=lambda model: proposer_lm(model, backend),
-    )
-    proposer = proposer_from_spec(settings.proposer, options)
-    meta = MetaHarness(
-        proposer=proposer,
-        metric=metric,
-        archive_dir=run_dir / "harness",
-        config=meta_config,
-        evaluator=sandboxed_evaluator(meta_config),  # candidate code runs in a contained child
-    )
-    configs = {"rft": rft_config.to_dict(), "meta_harness": asdict(meta_config)}
-    return rft, meta, configs
-
-
 def make_optimizer(
     settings: RunSettings,
     run_dir: Path,
@@ -234,34 +168,11 @@ def make_optimizer(
     on_event: Callable[[dict[str, Any]], None] | None = None,
     shared_evals: Any = None,
 ) -> Any:
-    from optimizers.meta_harness import sandbox_limits
-    from optimizers.methods import get_method
-    from optimizers.schedules import parse_schedule
-    from optimizers.whale import WhaleOptimizer
-    from whale_dspy.sandbox import LONG_EVALUATION_SECONDS, ContainedEvaluator
+    """The run's optimizer on its domain's metric (optimizers.assembly builds it)."""
+    from optimizers.assembly import make_optimizer as assemble
 
-    method = get_method(settings.method, weight_share=settings.weight_share)
-    weight, harness, configs = make_phases(settings, backend, data.domain.metric, run_dir)
-    # Checkpoint evaluations run searched (model-written) harnesses: contained, with room for k x tasks.
-    limits = sandbox_limits(harness.config, candidate_seconds=LONG_EVALUATION_SECONDS, threads=8)
-    evaluator = ContainedEvaluator(limits)
-    return WhaleOptimizer(
-        backend=backend,
-        metric=data.domain.metric,
-        schedule=parse_schedule(settings.schedule),
-        budget=settings.budget,
-        budget_unit=settings.budget_unit,
-        run_dir=run_dir,
-        eval_every=settings.every,
-        eval_k=settings.eval_k,
-        evaluator=evaluator,
-        weight_phase=weight,
-        harness_phase=harness,
-        method=method,
-        config={"cli": settings.record(), **configs},
-        on_event=on_event,
-        shared_evals=shared_evals,
-        sampling=settings.sampling,
+    return assemble(
+        settings, run_dir, backend, data.domain.metric, on_event=on_event, shared_evals=shared_evals
     )
 
 
