@@ -14,6 +14,7 @@ from typing import Any
 
 from optimizers.config import RunSettings
 from optimizers.presets import get_preset
+from whale_dspy.defaults import DEFAULT_THREADS
 from whale_dspy.errors import ConfigError
 from whale_dspy.protocols import InferenceBackend, WeightTrainer
 from whale_dspy.rundir import RunDir
@@ -44,9 +45,10 @@ def make_phases(
     metric: Callable,
     run_dir: Path,
     trainer: WeightTrainer | None = None,
+    base: str | None = None,
 ) -> tuple:
     """(weight phase, harness phase, their configs) sized by the preset; `trainer` default: a
-    LoraTrainer on the preset's training settings."""
+    LoraTrainer on the preset's training settings; `base` default: what the backend serves."""
     from optimizers.meta_harness import MetaHarness, sandboxed_evaluator
     from optimizers.methods import get_method
     from optimizers.proposers import ProposerOptions, proposer_from_spec
@@ -65,6 +67,7 @@ def make_phases(
         metric=metric,
         config=rft_config,
         run_dir=RunDir(run_dir),
+        base=base,
     )
     options = ProposerOptions(
         seed=settings.seed,
@@ -102,17 +105,37 @@ def make_optimizer(
     shared_evals: Any = None,
 ) -> Any:
     """The WhaleOptimizer (or baseline) `settings` describe, with its phases."""
+    from optimizers.whale import WhaleOptimizer
+
+    kwargs = optimizer_kwargs(
+        settings, run_dir, backend, metric, trainer=trainer, on_event=on_event, shared_evals=shared_evals
+    )
+    return WhaleOptimizer(**kwargs)
+
+
+def optimizer_kwargs(
+    settings: RunSettings,
+    run_dir: Path,
+    backend: InferenceBackend,
+    metric: Callable,
+    *,
+    trainer: WeightTrainer | None = None,
+    base: str | None = None,
+    on_event: Callable[[dict[str, Any]], None] | None = None,
+    shared_evals: Any = None,
+) -> dict[str, Any]:
+    """WhaleOptimizer's explicit-form arguments for `settings` (the short form is set up from them too)."""
     from optimizers.meta_harness import sandbox_limits
     from optimizers.methods import get_method
     from optimizers.schedules import parse_schedule
-    from optimizers.whale import WhaleOptimizer
     from whale_dspy.sandbox import LONG_EVALUATION_SECONDS, ContainedEvaluator
 
-    method = get_method(settings.method, weight_share=settings.weight_share)
-    weight, harness, configs = make_phases(settings, backend, metric, run_dir, trainer)
+    weight, harness, configs = make_phases(settings, backend, metric, run_dir, trainer, base)
     # Checkpoint evaluations run searched (model-written) harnesses: contained, with room for k x tasks.
-    limits = sandbox_limits(harness.config, candidate_seconds=LONG_EVALUATION_SECONDS, threads=8)
-    return WhaleOptimizer(
+    limits = sandbox_limits(
+        harness.config, candidate_seconds=LONG_EVALUATION_SECONDS, threads=DEFAULT_THREADS
+    )
+    return dict(
         backend=backend,
         metric=metric,
         schedule=parse_schedule(settings.schedule),
@@ -124,7 +147,7 @@ def make_optimizer(
         evaluator=ContainedEvaluator(limits),
         weight_phase=weight,
         harness_phase=harness,
-        method=method,
+        method=get_method(settings.method, weight_share=settings.weight_share),
         config={"cli": settings.record(), **configs},
         on_event=on_event,
         shared_evals=shared_evals,

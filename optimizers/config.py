@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 
 from optimizers.presets import get_preset
 from whale_dspy.backends.vllm_server import ADAPTER_SERVING, DEFAULT_MODEL, thinking_template_kwargs
+from whale_dspy.defaults import DEFAULT_EVAL_K
 from whale_dspy.errors import ConfigError
 from whale_dspy.rundir import RunDir
 
@@ -40,7 +41,7 @@ class RunSettings:
     model: str = DEFAULT_MODEL
     seed: int = 0
     eval_every: int | None = None
-    eval_k: int = 8
+    eval_k: int = DEFAULT_EVAL_K
     proposer: str = "mutation"
     preset: str = "cpu"
     weight_share: float | None = None

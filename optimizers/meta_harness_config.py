@@ -9,6 +9,7 @@ from typing import Any
 from optimizers.acceptance import Acceptance
 from optimizers.archive import CandidateMeta
 from optimizers.signals import HarnessIteration, iterations_since_improvement, search_stalled
+from whale_dspy.defaults import DEFAULT_THREADS
 from whale_dspy.errors import ConfigError
 
 
@@ -37,7 +38,7 @@ class MetaHarnessConfig:
     smoke_tasks: int = 2
     prompt_only: bool = False
     seed: int = 0
-    threads: int = 8
+    threads: int = DEFAULT_THREADS
     temperature: float = 1.0
     timeout_s: float = 600.0
     selection_tasks: int = 64

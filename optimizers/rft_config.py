@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from whale_dspy.backends.gpu_sizing import MAX_THREADS
+from whale_dspy.defaults import DEFAULT_THREADS
 from whale_dspy.errors import ConfigError
 from whale_dspy.training.config import LoraTrainingConfig
 
@@ -36,7 +37,7 @@ class RFTConfig:
     temperature: float = 1.0
     accept_threshold: float = 0.5
     max_tokens: int = 256
-    threads: int = 8
+    threads: int = DEFAULT_THREADS
     adapter_prefix: str = "policy"
     run_tag: str | None = None
     seed: int = 0
@@ -86,7 +87,7 @@ class RFTConfig:
     @classmethod
     def cpu_embedded(cls, **overrides: Any) -> RFTConfig:
         """The embedded SmolLM2-135M on a few CPU cores: small batches, short completions."""
-        return replace(cls(batch_size=4, k=4, max_tokens=128, threads=8), **overrides)
+        return replace(cls(batch_size=4, k=4, max_tokens=128), **overrides)
 
     @classmethod
     def gpu_2b(cls, device: str = "cuda", **overrides: Any) -> RFTConfig:

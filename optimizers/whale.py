@@ -19,6 +19,7 @@ from typing import Any
 import dspy
 from dspy.teleprompt import Teleprompter
 
+from optimizers.auto import AutoRequest
 from optimizers.budget import Budget
 from optimizers.checkpoint import (
     EVALUATION,
@@ -39,7 +40,8 @@ from optimizers.methods import HARNESS, WEIGHT, Method, get_method
 from optimizers.phases import HarnessPhase, PhaseDriver, WeightPhase, harness_driver, weight_driver
 from optimizers.schedules import Schedule
 from optimizers.shared_evals import SharedEvaluations
-from optimizers.whale_report import WhaleReport, report_from_state
+from optimizers.whale_report import report_from_state
+from whale_dspy.defaults import DEFAULT_EVAL_K, DEFAULT_THREADS
 from whale_dspy.errors import BackendError, ConfigError
 from whale_dspy.harness import HarnessProgram
 from whale_dspy.jsonl import repair_jsonl
@@ -68,17 +70,18 @@ class WhaleOptimizer(Teleprompter):
     def __init__(
         self,
         *,
-        backend: InferenceBackend,
         metric: Metric,
-        schedule: Schedule,
-        budget: int,
-        run_dir: str | Path,
-        eval_every: int,
+        auto: str | None = None,
+        backend: InferenceBackend | None = None,
+        run_dir: str | Path | None = None,
+        schedule: Schedule | None = None,
+        budget: int | None = None,
+        eval_every: int | None = None,
         weight_phase: WeightPhase | None = None,
         harness_phase: HarnessPhase | None = None,
         method: str | Method = "whale",
-        eval_k: int = 8,
-        eval_threads: int = 8,
+        eval_k: int = DEFAULT_EVAL_K,
+        eval_threads: int = DEFAULT_THREADS,
         evaluator: CandidateEvaluator | None = None,
         config: dict[str, Any] | None = None,
         on_event: Callable[[dict[str, Any]], None] | None = None,
@@ -86,14 +89,71 @@ class WhaleOptimizer(Teleprompter):
         sampling: dict[str, Any] | None = None,
         budget_unit: str = "rollouts",
     ):
-        """`sampling`: LM request settings (e.g. max_tokens) for every program this run binds and
-        every checkpoint evaluation, so each checkpoint is measured under one completion budget
-        whichever phase produced its program (a weight phase binds its own sampling); what it
-        leaves out is the weight phase's own (`WeightPhase.sampling()`), so without it the start
-        is measured as the weight phase's checkpoints are.
-        `budget_unit`: what `budget` counts, rollouts, policy LM `calls` or completion `tokens`
-        (optimizers.budget.BUDGET_UNITS)."""
+        """The short form: `WhaleOptimizer(metric=metric, auto="light")`. The explicit form: the
+        phases, schedule, budget and evaluation cadence given (optimizers.assembly builds them
+        from a RunSettings as `whale run` does).
+
+        `metric(example, prediction, trace=None) -> float`, passed once: the phases get it.
+        `auto`: "light", "medium" or "heavy" (optimizers.auto): budget, schedule, phase sizes and
+        sampling for this kind of machine, built when `compile` finds the backend; default None
+        (the explicit form). `backend`: the server; default (short form) the student's LM's
+        WhaleProvider's. `run_dir`: where config, events, checkpoints, adapters and the
+        harness archive go; required in the explicit form, a new temporary folder (named in the
+        log and the report) in the short form. `schedule` (optimizers.schedules), `budget` (in
+        `budget_unit`s: rollouts, policy LM `calls` or completion `tokens`), `eval_every` (checkpoint
+        evaluations every this many of them): required in the explicit form. `weight_phase`,
+        `harness_phase`: the phases `method` needs ("whale" needs both; optimizers.methods).
+        `eval_k` (default 8) samples per tracked task at each checkpoint, by `evaluator` (default a
+        contained evaluator with `eval_threads`, default 8). `config`: extra fields recorded in the
+        run's config.json. `on_event`: called with each event recorded. `shared_evals`:
+        evaluations other runs already measured. `sampling`: LM request settings for every
+        program this run binds and every checkpoint evaluation, so each checkpoint is measured
+        under one completion budget whichever phase produced it; default the weight phase's
+        own (`WeightPhase.sampling()`), so the start is measured as the weight checkpoints are.
+        """
         super().__init__()
+        self.metric, self.report = metric, None
+        self.auto: AutoRequest | None = None
+        if auto is not None:
+            given = {"schedule": schedule, "budget": budget, "eval_every": eval_every}
+            given |= {"weight_phase": weight_phase, "harness_phase": harness_phase, "sampling": sampling}
+            chosen = sorted(name for name, value in given.items() if value is not None)
+            if chosen:
+                raise ConfigError(f"auto={auto!r} chooses {', '.join(chosen)}: give auto or them, not both")
+            self.auto = AutoRequest(auto, backend, run_dir, on_event)
+            return
+        missing = [name for name, value in (("backend", backend), ("schedule", schedule), ("budget", budget),
+                   ("run_dir", run_dir), ("eval_every", eval_every)) if value is None]  # fmt: skip
+        if missing:
+            raise ConfigError(f"the explicit form needs {', '.join(missing)} (or pass auto=...)")
+        self._setup(
+            backend=backend, metric=metric, schedule=schedule, budget=budget, run_dir=run_dir,
+            eval_every=eval_every, weight_phase=weight_phase, harness_phase=harness_phase, method=method,
+            eval_k=eval_k, evaluator=evaluator or ContainedEvaluator.for_long_evaluations(eval_threads),
+            config=config, on_event=on_event, shared_evals=shared_evals, sampling=sampling,
+            budget_unit=budget_unit,
+        )  # fmt: skip
+
+    def _setup(
+        self,
+        *,
+        backend: InferenceBackend,
+        metric: Metric,
+        schedule: Schedule,
+        budget: int,
+        run_dir: str | Path,
+        eval_every: int,
+        weight_phase: WeightPhase | None,
+        harness_phase: HarnessPhase | None,
+        method: str | Method,
+        eval_k: int,
+        evaluator: CandidateEvaluator,
+        config: dict[str, Any] | None,
+        on_event: Callable[[dict[str, Any]], None] | None,
+        shared_evals: SharedEvaluations | None,
+        sampling: dict[str, Any] | None,
+        budget_unit: str,
+    ) -> None:
         self.method = get_method(method) if isinstance(method, str) else method
         self.budget = Budget(budget, budget_unit)
         if not (type(eval_every) is int and eval_every >= 1) or not (type(eval_k) is int and eval_k >= 1):
@@ -105,13 +165,12 @@ class WhaleOptimizer(Teleprompter):
         self.backend, self.metric, self.schedule = backend, metric, schedule
         self.weight_phase, self.harness_phase = weight_phase, harness_phase
         self.run_dir, self.eval_every, self.eval_k = Path(run_dir), eval_every, eval_k
-        # Searched harnesses are model-written code: the default scores them contained.
-        self.evaluator = evaluator or ContainedEvaluator.for_long_evaluations(eval_threads)
+        # Searched harnesses are model-written code: checkpoint evaluations score them contained.
+        self.evaluator = evaluator
         self.extra_config, self.on_event = dict(config or {}), on_event
         self.shared_evals = shared_evals  # base-weight evaluations other runs already measured
         # One sampling for every checkpoint: the weight phase's where the run names none.
         self.sampling = {**(weight_phase.sampling() if weight_phase else {}), **(sampling or {})}
-        self.report: WhaleReport | None = None
 
     def compile(
         self,
@@ -135,6 +194,9 @@ class WhaleOptimizer(Teleprompter):
         `resume`: continue the run recorded in `run_dir`. `searchset`/`testset`: deprecated
         spellings of `valset`/`track` (see optimizers.compile_sets).
         """
+        if self.auto is not None:  # the short form: built now that the student names its backend
+            self._setup(**self.auto.optimizer_kwargs(student, self.metric))
+            self.auto = None
         sets = run_sets(
             trainset, valset, track, track_name, searchset=searchset, testset=testset,
             searches=HARNESS in self.method.needs,

@@ -16,6 +16,7 @@ import dspy
 
 from optimizers.config import RunSettings
 from whale_dspy.backends.vllm_server import thinking_template_kwargs
+from whale_dspy.defaults import DEFAULT_THREADS
 from whale_dspy.errors import ConfigError
 from whale_dspy.harness import HarnessProgram, HarnessSource
 from whale_dspy.protocols import Domain, InferenceBackend
@@ -148,7 +149,7 @@ def evaluate_on_test(
     from whale_dspy.sandbox import ContainedEvaluator
 
     program = student_of(data, backend, settings, adapter=adapter).with_source(source)
-    report, _ = ContainedEvaluator.for_long_evaluations(threads=8).evaluate(
+    report, _ = ContainedEvaluator.for_long_evaluations(threads=DEFAULT_THREADS).evaluate(
         program,
         data.testset,
         metric=data.domain.metric,

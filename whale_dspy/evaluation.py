@@ -22,6 +22,7 @@ from typing import Any
 import dspy
 import numpy as np
 
+from whale_dspy.defaults import DEFAULT_EVAL_K, DEFAULT_THREADS
 from whale_dspy.errors import ConfigError
 from whale_dspy.harness import HarnessProgram, refuse_untrusted
 from whale_dspy.jsonl import append_jsonl
@@ -105,8 +106,8 @@ def evaluate(
     *,
     metric: Metric,
     lm: dspy.BaseLM | None = None,
-    k: int = 8,
-    threads: int = 8,
+    k: int = DEFAULT_EVAL_K,
+    threads: int = DEFAULT_THREADS,
     namespace: str = "eval",
     trace_path: Path | None = None,
     on_rollout: Callable[[Rollout], None] | None = None,
@@ -186,7 +187,7 @@ class InProcessEvaluator:
 
     limits = None  # nothing contains the code here
 
-    def __init__(self, *, threads: int = 8, run_unvouched_in_process: bool = False):
+    def __init__(self, *, threads: int = DEFAULT_THREADS, run_unvouched_in_process: bool = False):
         self.threads = threads
         self.run_unvouched_in_process = run_unvouched_in_process
 
