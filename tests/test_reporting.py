@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from whale_dspy.reporting import markdown_table, paired_table, plot_curves, summarize_methods
+from whale_dspy.reporting.pairs import paired_comparisons
 from whale_dspy.reporting.plots import curves_figure, method_curve, phase_spans, step_values
-from whale_dspy.reporting.tables import paired_comparisons, reach_table, rollouts_to_reach
+from whale_dspy.reporting.tables import reach_table, rollouts_to_reach
 
 
 def point(rollouts, mean, half=0.1, k=8):

@@ -7,14 +7,9 @@ averaged; matplotlib is imported only when a plot is drawn (Agg backend).
 
 from __future__ import annotations
 
+from whale_dspy.reporting.pairs import paired_table
 from whale_dspy.reporting.plots import plot_curves
-from whale_dspy.reporting.tables import (
-    MethodSummary,
-    markdown_table,
-    paired_table,
-    reach_table,
-    summarize_methods,
-)
+from whale_dspy.reporting.tables import MethodSummary, markdown_table, reach_table, summarize_methods
 
 __all__ = [
     "MethodSummary",

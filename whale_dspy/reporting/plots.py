@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from whale_dspy.reporting.tables import group_by_method, paired_comparisons
+from whale_dspy.reporting.pairs import paired_comparisons
+from whale_dspy.reporting.tables import group_by_method
 from whale_dspy.stats import PairedGain
 
 if TYPE_CHECKING:  # matplotlib is imported only when a plot is drawn

@@ -13,7 +13,8 @@ from itertools import combinations
 from typing import Any
 
 from whale_dspy.errors import ConfigError
-from whale_dspy.reporting.tables import SEEDED_NOTE, paired_row, pooled_per_task
+from whale_dspy.reporting.pairs import SEEDED_NOTE, paired_row
+from whale_dspy.reporting.tables import pooled_per_task
 from whale_dspy.stats import CI_LEVEL, PairedGain, paired_gain, seeded_gain, task_mean_ci
 
 READ_REPORT = "report.json"

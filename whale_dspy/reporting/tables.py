@@ -9,8 +9,6 @@ from typing import Any
 
 import numpy as np
 
-from whale_dspy.stats import PairedGain, paired_gain, seeded_gain
-
 SWEPT = "whale"
 """WHALE: `whale compare` runs it under every --schedule (the baselines keep the first), and the
 paired table sets it against every other method."""
@@ -169,106 +167,6 @@ def pooled_per_task(points: Sequence[Mapping[str, Any] | None]) -> dict[str, lis
     return dict(pooled)
 
 
-def comparison_seeds(
-    reports: Sequence[dict[str, Any]],
-) -> list[tuple[str, list[dict[str, list[float]]], list[dict[str, list[float]]]]]:
-    """(label, before's seeds, after's seeds) of each method's final checkpoint against the
-    untouched start, and of WHALE's against every other method's: one per-task map per seed."""
-    groups = group_by_method(reports)
-
-    def seeds(points: Sequence[Mapping[str, Any] | None]) -> list[dict[str, list[float]]]:
-        return [m for m in (pooled_per_task([p]) for p in points) if m]
-
-    finals = {label: seeds([r["final"] for r in finished(runs)]) for label, runs in groups.items()}
-    starts = {
-        label: seeds([r["curve"][0] if r["curve"] else None for r in runs]) for label, runs in groups.items()
-    }
-    pairs = [(f"{label} − start", starts[label], finals[label]) for label in groups]
-    pairs += [
-        (f"{label} − {other}", finals[other], finals[label])
-        for label, runs in groups.items()
-        if runs[0]["method"] == SWEPT
-        for other, others in groups.items()
-        if others[0]["method"] != SWEPT
-    ]
-    return [(label, before, after) for label, before, after in pairs if before and after]
-
-
-def paired_comparisons(reports: Sequence[dict[str, Any]]) -> list[tuple[str, PairedGain]]:
-    """(label, PairedGain) of each `comparison_seeds` pair, paired by test task with the (finished)
-    seeds pooled.
-
-    Every run evaluates the same tasks on common rollout ids, so pairing removes the
-    between-task variance that makes two separate CIs overlap; "beyond noise" is a CI that
-    excludes zero. The final checkpoint is compared, not the best: the best is picked on test.
-    """
-    pooled = [
-        (
-            label,
-            pooled_per_task([{"per_task": s} for s in before]),
-            pooled_per_task([{"per_task": s} for s in after]),
-        )
-        for label, before, after in comparison_seeds(reports)
-    ]
-    return [
-        (label, paired_gain(before, after)) for label, before, after in pooled if set(before) & set(after)
-    ]
-
-
-def seeded_comparisons(reports: Sequence[dict[str, Any]]) -> dict[str, PairedGain]:
-    """The hierarchical interval (seeds, then tasks) of each pair where a side has several seeds."""
-    return {
-        label: seeded_gain(before, after)
-        for label, before, after in comparison_seeds(reports)
-        if max(len(before), len(after)) > 1 and _shared(before, after)
-    }
-
-
-def _shared(before: Sequence[Mapping[str, Any]], after: Sequence[Mapping[str, Any]]) -> bool:
-    return bool(set.intersection(*(set(s) for s in (*before, *after))))
-
-
-def paired_row(label: str, gain: PairedGain, seeded: PairedGain | None = None, seeds: str = "") -> str:
-    """One Markdown row: label, gain, its 95% CI over tasks, tasks, and whether it is beyond noise;
-    with `seeded`, its interval over seeds and tasks too, which then decides the verdict."""
-    decider = seeded or gain
-    verdict = "beyond noise" if decider.beyond_noise else "within noise"
-    interval = f"[{_signed(gain.low)}, {_signed(gain.high)}]"
-    if seeds:
-        wide = f"[{_signed(seeded.low)}, {_signed(seeded.high)}]" if seeded else "n/a"
-        return (
-            f"| {label} | {_signed(gain.gain)} | {interval} | {wide} | {gain.tasks} | {seeds} | {verdict} |"
-        )
-    return f"| {label} | {_signed(gain.gain)} | {interval} | {gain.tasks} | {verdict} |"
-
-
-SEEDED_NOTE = (
-    "With seeds: a hierarchical bootstrap (each method's seeds resampled, then the tasks), so the "
-    "interval holds the spread a further seed's training adds; it decides the verdict where shown."
-)
-
-
-def paired_table(reports: Sequence[dict[str, Any]]) -> str:
-    """The paired comparisons as Markdown: gain, its 95% CI, tasks, and whether it is beyond noise;
-    where a method has several seeds, the interval over seeds and tasks beside the one over tasks."""
-    seeded = seeded_comparisons(reports)
-    counts = {label: f"{len(b)} vs {len(a)}" for label, b, a in comparison_seeds(reports)}
-    if not seeded:
-        rows = ["| final checkpoint | gain | 95% CI | tasks | |", "|---|---|---|---|---|"]
-        rows += [paired_row(label, gain) for label, gain in paired_comparisons(reports)]
-        return "\n".join(rows) + "\n\nPaired by test task, seeds pooled; bootstrap CI over tasks.\n"
-    rows = [
-        "| final checkpoint | gain | 95% CI (tasks) | 95% CI (seeds, tasks) | tasks | seeds | |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    rows += [
-        paired_row(label, gain, seeded.get(label), counts[label])
-        for label, gain in paired_comparisons(reports)
-    ]
-    note = f"Paired by test task, seeds pooled; bootstrap CI over tasks. {SEEDED_NOTE}\n"
-    return "\n".join(rows) + "\n\n" + note
-
-
 UNFINISHED = "unfinished"
 
 
@@ -320,7 +218,3 @@ def reach_table(reports: Sequence[dict[str, Any]]) -> str:
         rows.append(f"| {label} | {cells} |")
     note = "The first checkpoint of each seed's test curve at or above the best baseline's final mean.\n"
     return "\n".join(rows) + "\n\n" + note
-
-
-def _signed(value: float) -> str:
-    return f"{round(value, 3) + 0.0:+.3f}"  # + 0.0: no "-0.000" for a rounding error
