@@ -8,6 +8,7 @@ import pytest
 from test_student import exact, lookup, questions, scripted
 from user_programs import LookupQA
 
+from optimizers.config import RunSettings
 from optimizers.whale import WhaleOptimizer
 from whale_dspy.backends import WhaleProvider
 from whale_dspy.errors import ConfigError
@@ -53,3 +54,17 @@ def test_the_short_form_refuses_what_auto_chooses_and_an_lm_without_our_provider
     program.set_lm(dspy.LM("openai/gpt-4o-mini"))
     with pytest.raises(ConfigError, match="whale_dspy.LM"):
         WhaleOptimizer(metric=exact, auto="light", run_dir=tmp_path).compile(program, trainset=questions(2))
+
+
+def test_config_show_prints_the_settings_the_short_form_runs(tmp_path, capsys):
+    from whale_cli.main import main
+    from whale_cli.settings_file import read_settings_file
+
+    program, _, _ = users_program(tmp_path)
+    run_dir = tmp_path / "run"
+    WhaleOptimizer(metric=exact, auto="light", run_dir=run_dir).compile(program, trainset=questions(8))
+    ran = RunDir(run_dir).config()["cli"]
+    assert main(["config", "show", "--auto", "light", "--machine", "cpu", "--model", "base-model"]) == 0
+    (tmp_path / "shown.toml").write_text(capsys.readouterr().out)
+    shown = RunSettings(**read_settings_file(tmp_path / "shown.toml")).record()
+    assert {**shown, "run_tag": ran["run_tag"]} == ran  # the tag names the run folder

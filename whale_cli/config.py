@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
+from optimizers.auto import AUTO, PROGRAM, auto_settings
 from optimizers.config import RunSettings
 from optimizers.presets import get_preset
 from whale_cli.arguments import add_run_arguments, add_seed_argument
-from whale_cli.settings_file import settings_from_args, settings_toml
+from whale_cli.settings_file import given_settings, settings_from_args, settings_toml
 from whale_dspy.errors import ConfigError
 
 
@@ -25,16 +26,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     show = commands.add_parser("show", help="the settings `whale run` would use with these options")
     add_run_arguments(show)
     add_seed_argument(show)
+    show.add_argument(
+        "--auto", choices=tuple(AUTO["cpu"]),
+        help="the settings of WhaleOptimizer(metric=..., auto=LEVEL) on a user's program (flags on top)",
+    )  # fmt: skip
+    show.add_argument("--machine", choices=tuple(AUTO), help="size --auto for it (default: this one)")
     show.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     try:
-        settings = settings_from_args(args)
+        settings = auto_from_args(args) if args.auto else settings_from_args(args)
     except TypeError as error:  # RunSettings' one required field
         raise ConfigError("the settings need a domain: --domain, or `domain = ...` in the file") from error
     show_settings(settings)
     return 0
+
+
+def auto_from_args(args: argparse.Namespace) -> RunSettings:
+    """What the Python short form builds for `--auto` on `--model`, with the other flags laid over it."""
+    given = given_settings(args)
+    model = given.pop("model", None) or RunSettings.model
+    return replace(auto_settings(args.auto, model=model, machine=args.machine), **given)
 
 
 def show_settings(settings: RunSettings) -> None:
@@ -44,7 +57,8 @@ def show_settings(settings: RunSettings) -> None:
     from optimizers.methods import get_method
     from optimizers.schedules import parse_schedule
 
-    get_domain(settings.domain)
+    if settings.domain != PROGRAM:  # a user's own program has no registered domain
+        get_domain(settings.domain)
     get_method(settings.method, weight_share=settings.weight_share)
     parse_schedule(settings.schedule)
     print(settings_toml(settings), end="")
