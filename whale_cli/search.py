@@ -27,6 +27,7 @@ from rich.table import Table
 from domains import DOMAIN_HELP
 from optimizers.assembly import proposer_lm
 from optimizers.config import DECISION_FIELDS, agent_jail
+from optimizers.presets import get_preset
 from whale_cli.arguments import (
     add_agent_arguments,
     add_decision_arguments,
@@ -53,6 +54,10 @@ TEST_READS = "test"
 a weight checkpoint against one from the base weights, say)."""
 
 
+SEARCH = get_preset("cpu").meta_harness_config()
+"""The harness phase `whale run --preset cpu` runs: `whale search`'s defaults are its sizes."""
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "search", help="search harness code with Meta-Harness (harness phase only)"
@@ -74,18 +79,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="LoRA adapter folder: search harnesses for these weights (a weight phase's checkpoint; "
         "default: base)",
     )
-    parser.add_argument("--iterations", type=int, default=15, help="at most N iterations after h0")
-    parser.add_argument("--min-iterations", dest="min_iterations", type=int, default=None)
-    parser.add_argument("--patience", type=int, default=2, help="stop after N iterations without a gain")
-    parser.add_argument("--candidates", type=int, default=3, help="candidates per iteration (M)")
     parser.add_argument(
-        "--tasks", type=int, default=8, help="feedback tasks: every candidate's, shown to the proposer"
+        "--iterations", type=int, default=SEARCH.max_iterations, help="at most N iterations after h0"
+    )
+    parser.add_argument("--min-iterations", dest="min_iterations", type=int, default=None)
+    parser.add_argument(
+        "--patience", type=int, default=SEARCH.patience, help="stop after N iterations without a gain"
+    )
+    parser.add_argument(
+        "--candidates", type=int, default=SEARCH.candidates, help="candidates per iteration (M)"
+    )
+    parser.add_argument(
+        "--tasks",
+        type=int,
+        default=SEARCH.tasks,
+        help="feedback tasks: every candidate's, shown to the proposer",
     )
     parser.add_argument("--test-tasks", dest="test_tasks", type=int, default=20, help="held-out test tasks")
     parser.add_argument("--eval-k", dest="eval_k", type=int, default=4, help="samples per test task")
     parser.add_argument("--prompt-only", dest="prompt_only", action="store_true", help="prompt edits only")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=8)
+    parser.add_argument("--threads", type=int, default=SEARCH.threads)
     parser.add_argument("--server-url", dest="server_url", help="reuse a running `whale serve` server")
     parser.add_argument(
         "--no-sandbox",
