@@ -9,7 +9,7 @@ from typing import Any
 from optimizers.acceptance import Acceptance
 from optimizers.archive import CandidateMeta
 from optimizers.signals import HarnessIteration, iterations_since_improvement, search_stalled
-from whale_dspy.defaults import DEFAULT_THREADS
+from whale_dspy.defaults import DEFAULT_TEMPERATURE, DEFAULT_THREADS
 from whale_dspy.errors import ConfigError
 
 
@@ -39,7 +39,7 @@ class MetaHarnessConfig:
     prompt_only: bool = False
     seed: int = 0
     threads: int = DEFAULT_THREADS
-    temperature: float = 1.0
+    temperature: float = DEFAULT_TEMPERATURE
     timeout_s: float = 600.0
     selection_tasks: int = 64
     race_start: int = 8

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from whale_dspy.backends.gpu_sizing import MAX_THREADS
-from whale_dspy.defaults import DEFAULT_THREADS
+from whale_dspy.defaults import DEFAULT_MAX_TOKENS, DEFAULT_TEMPERATURE, DEFAULT_THREADS
 from whale_dspy.errors import ConfigError
 from whale_dspy.training.config import LoraTrainingConfig
 
@@ -34,9 +34,9 @@ class RFTConfig:
     steps: int = 4
     batch_size: int = 8
     k: int = 4
-    temperature: float = 1.0
+    temperature: float = DEFAULT_TEMPERATURE
     accept_threshold: float = 0.5
-    max_tokens: int = 256
+    max_tokens: int = DEFAULT_MAX_TOKENS
     threads: int = DEFAULT_THREADS
     adapter_prefix: str = "policy"
     run_tag: str | None = None

@@ -41,7 +41,7 @@ from optimizers.phases import HarnessPhase, PhaseDriver, WeightPhase, harness_dr
 from optimizers.schedules import Schedule
 from optimizers.shared_evals import SharedEvaluations
 from optimizers.whale_report import report_from_state
-from whale_dspy.defaults import DEFAULT_EVAL_K, DEFAULT_THREADS
+from whale_dspy.defaults import DEFAULT_EVAL_K, DEFAULT_TEMPERATURE, DEFAULT_THREADS
 from whale_dspy.errors import BackendError, ConfigError
 from whale_dspy.harness import HarnessProgram
 from whale_dspy.jsonl import repair_jsonl
@@ -59,7 +59,7 @@ EVAL_NAMESPACE = "whale"
 """One rollout-id namespace for every checkpoint's test evaluation: common random numbers."""
 
 
-CHECKPOINT_SAMPLING = {"temperature": 1.0}
+CHECKPOINT_SAMPLING = {"temperature": DEFAULT_TEMPERATURE}
 """What a checkpoint's mean@k is sampled under when the run's `sampling` does not say: k samples
 of one task must differ (a served LM's own default is greedy)."""
 
