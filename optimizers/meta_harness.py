@@ -123,6 +123,13 @@ class MetaHarness(Teleprompter):
         lm: dspy.BaseLM | None = None,
         evaluator: CandidateEvaluator | None = None,
     ):
+        """`proposer`: writes candidate harnesses from the archive (optimizers.proposers).
+        `metric(example, prediction, trace=None) -> float`: scores each rollout. `archive_dir`:
+        every candidate, its scores and traces (on its own; inside WhaleOptimizer the run
+        folder's `harness/phase-NNN` instead). `config`: sizes and the decision rule (default
+        `MetaHarnessConfig()`). `lm`: the policy LM candidates run on (default the student's
+        bound LM, else DSPy's configured one). `evaluator`: scores candidates (default a
+        sandboxed one: candidates are model-written code)."""
         super().__init__()
         self.proposer = proposer
         self.metric = metric

@@ -95,7 +95,12 @@ class RejectionSamplingFinetune(Teleprompter):
         base: str | None = None,
         evaluator: CandidateEvaluator | None = None,
     ):
-        """`base`: the base model path the trainer loads; default the backend's `base_model`.
+        """`backend`: the server that samples and serves each adapter. `trainer`: trains each
+        step's LoRA adapter (LoraTrainer; FakeTrainer in tests). `metric(example, prediction,
+        trace=None) -> float`: a rollout is trained on when it scores above
+        `config.accept_threshold`. `config`: sizes and sampling (default `RFTConfig()`).
+        `run_dir`: where adapters are written (default a temporary folder: give the run's).
+        `base`: the base model path the trainer loads; default the backend's `base_model`.
         `evaluator`: runs the sampling; by default a ContainedEvaluator with `config.threads`, so a
         harness the search wrote samples in the sandbox and its rollouts are what gets trained on."""
         super().__init__()
