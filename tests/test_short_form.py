@@ -50,6 +50,8 @@ def test_without_a_run_folder_the_short_form_writes_a_temporary_one_named_in_its
 def test_the_short_form_refuses_what_auto_chooses_and_an_lm_without_our_provider(tmp_path):
     with pytest.raises(ConfigError, match="budget"):
         WhaleOptimizer(metric=exact, auto="light", budget=10)
+    with pytest.raises(ConfigError, match="explicit form needs backend, schedule, budget, run_dir"):
+        WhaleOptimizer(metric=exact)
     program = LookupQA(lookup, notes=1)
     program.set_lm(dspy.LM("openai/gpt-4o-mini"))
     with pytest.raises(ConfigError, match="whale_dspy.LM"):
