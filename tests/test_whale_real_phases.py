@@ -109,9 +109,12 @@ def test_real_phases_alternate_within_their_declared_costs(reference):
         e["declared"] - e["signal"]["rollouts"] for e in engine_events(RunDir(run_dir)) if "declared" in e
     ]
     assert min(declared) >= 0
-    # one archive per harness phase, each rooted at that phase's incoming harness
-    archives = sorted(p.name for p in (run_dir / "harness").iterdir())
+    # one archive per harness phase, each rooted at that phase's incoming harness, and beside each
+    # the records of its decisions (the selection slice's, never a proposer's)
+    folders = sorted(p.name for p in (run_dir / "harness").iterdir())
+    archives = [name for name in folders if not name.endswith("-selection")]
     assert archives == [f"phase-{p.position:03d}" for p in report.phases if p.phase == "harness" and p.units]
+    assert [name for name in folders if name.endswith("-selection")] == [f"{a}-selection" for a in archives]
     assert program.adapter_name == report.adapter["name"] and program.adapter_name.startswith("policy-rt-")
 
 
