@@ -58,7 +58,9 @@ def paired_bound(after: Mapping[str, float], before: Mapping[str, float], *, alp
     """One-sided (1 - alpha) bounds of the mean per-task gain `after - before` on shared tasks.
 
     With fewer than two tasks there is no interval (infinite bounds): nothing is adopted or dropped
-    on one task. Identical differences on every task have no spread: both bounds are the mean.
+    on one task. Identical differences on every task (eight ties, say) are no evidence that the
+    spread is zero: the spread is then taken as if one task in n had differed by the whole score
+    range (1), so a tie is neither dropped as hopeless nor a uniform lead adopted on two tasks.
     """
     from scipy import stats
 
@@ -69,7 +71,8 @@ def paired_bound(after: Mapping[str, float], before: Mapping[str, float], *, alp
     mean = float(gains.mean())
     if len(gains) < 2:
         return PairedBound(mean, -math.inf, math.inf, 1)
-    half = float(stats.t.ppf(1 - alpha, len(gains) - 1) * gains.std(ddof=1) / math.sqrt(len(gains)))
+    spread = float(gains.std(ddof=1)) or 1 / math.sqrt(len(gains))
+    half = float(stats.t.ppf(1 - alpha, len(gains) - 1) * spread / math.sqrt(len(gains)))
     return PairedBound(mean, mean - half, mean + half, len(gains))
 
 

@@ -69,7 +69,13 @@ def decide(
         task_ids = [task_id_of(t) for t in slices.feedback]
         score = functools.partial(_recorded_scores, archive)
     rule = config.decision_rule()
-    decision = race(incumbent, racers, task_ids, score, rule, start=config.race_start, tie_breaks=ranks)
+    if scorer is not None:
+        score = functools.partial(_incumbent_must_answer, scorer, incumbent)
+    try:
+        decision = race(incumbent, racers, task_ids, score, rule, start=config.race_start, tie_breaks=ranks)
+    except _IncumbentFailed as failed:  # its zeros would read as every candidate's gain
+        reason = f"the incumbent failed in the race: {failed}"
+        decision = Decision(rule.rule, incumbent, None, reason, tuple(racers), ())
     kept = f"adopted {decision.adopted}" if decision.adopted else f"kept {incumbent}"
     log.info("iteration %d: %s (%s)", iteration, kept, decision.reason)
     return decision, scorer.cost if scorer is not None else None
@@ -84,12 +90,13 @@ def decision_record(decision: Decision, cost: ChunkCost | None) -> dict[str, Any
 
 
 def record_iteration(archive: HarnessArchive, signal: HarnessIteration, errors: list[str]) -> None:
-    """The iteration's record: its decision whole beside the archive, and in the archive without the
-    selection tasks' ids."""
+    """The iteration's record: its decision whole beside the archive, and in the archive only what
+    was decided and why (no selection task ids, means or bounds a proposer could tune against)."""
     decision = signal.decision
     if decision is not None:
         append_jsonl(_decisions_file(archive), {"iteration": signal.iteration, "decision": decision})
-    shown = None if decision is None else {**decision, "tasks": len(decision["tasks"])}
+    kept = ("rule", "incumbent", "adopted", "reason", "candidates")  # no selection scores: proposers read it
+    shown = None if decision is None else {key: decision[key] for key in kept}
     archive.record_iteration({**signal.to_dict(), "decision": shown, "proposer_errors": errors})
 
 
@@ -100,6 +107,17 @@ def recorded_iterations(archive: HarnessArchive) -> list[HarnessIteration]:
         HarnessIteration.from_dict({**record, "decision": decisions.get(record["iteration"])})
         for record in archive.iteration_records()
     ]
+
+
+class _IncumbentFailed(Exception):
+    """The incumbent broke on a race chunk (a timeout, a dead server): no gain can be measured."""
+
+
+def _incumbent_must_answer(scorer: CachedScorer, incumbent: str, name: str, task_ids: list[str]):
+    scores = scorer(name, task_ids)
+    if name == incumbent and incumbent in scorer.errors:
+        raise _IncumbentFailed(scorer.errors[incumbent])
+    return scores
 
 
 def _decisions_file(archive: HarnessArchive) -> Path:

@@ -107,6 +107,8 @@ class CachedScorer:
         self.by_id = {task_id_of(t): t for t in tasks}
         self.measure = measure
         self.cost = ChunkCost()
+        self.errors: dict[str, str] = {}
+        """Contenders that broke on a chunk (scored 0 on its tasks), with why."""
 
     def __call__(self, name: str, task_ids: Sequence[str]) -> dict[str, float]:
         if not task_ids:
@@ -123,6 +125,8 @@ class CachedScorer:
             data = self.measure(name, [self.by_id[t] for t in task_ids], trace)
             atomic_write_json(path, data)
         self.cost.add(data, key)
+        if "error" in data:
+            self.errors[name] = data["error"]
         return {task: float(score) for task, score in data["scores"].items()}
 
 

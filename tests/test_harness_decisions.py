@@ -134,7 +134,26 @@ def test_a_genuinely_better_candidate_is_adopted_and_its_decision_recorded(tmp_p
     assert decision["race"]["rollouts"] == 2 * 8  # incumbent and candidate, 8 tasks each
     assert signal.rollouts == 1 + 4 + 16 and signal.adopted  # smoke, feedback, race
     record = json.loads((tmp_path / "archive" / "iterations.jsonl").read_text().splitlines()[1])
-    assert record["decision"]["gain"] == decision["gain"]
+    assert record["decision"] == {
+        k: decision[k] for k in ("rule", "incumbent", "adopted", "reason", "candidates")
+    }
+    whole = (selection_folder(tmp_path / "archive") / "decisions.jsonl").read_text().splitlines()
+    assert json.loads(whole[0])["decision"] == decision  # the whole decision lives beside the archive
+
+
+def test_an_incumbent_that_breaks_in_the_race_adopts_nothing(tmp_path):
+    """Its zeros would read as a gain for every candidate."""
+    breaks = RecordingEvaluator()
+    original = breaks.evaluate
+
+    def evaluate(program, examples, **kwargs):
+        if "-selection" in str(kwargs.get("trace_path")) and program.source.name != "c0001":
+            raise RuntimeError("the server went away")
+        return original(program, examples, **kwargs)
+
+    breaks.evaluate = evaluate
+    (_, _), (signal, program) = run(meta(tmp_path, Scripted(SOLVES), breaks), 2)
+    assert signal.decision["adopted"] is None and "incumbent failed" in signal.decision["reason"]
 
 
 def test_each_race_scores_the_incumbent_afresh(tmp_path):

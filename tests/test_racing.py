@@ -96,7 +96,18 @@ def test_the_margin_must_be_cleared_by_the_lower_bound():
     plus = {t: 0.1 for t in TASKS}  # +0.1 on every task: no spread, both bounds are 0.1
     assert race("h0", ["plus"], TASKS, Table({"h0": h0, "plus": plus}), Acceptance(), start=8).adopted
     refused = race("h0", ["plus"], TASKS, Table({"h0": h0, "plus": plus}), Acceptance(margin=0.2), start=8)
-    assert refused.adopted is None and "plus" in refused.rounds[0].dropped  # hopeless: dropped at once
+    assert refused.adopted is None and "plus" in refused.rounds[-1].dropped  # hopeless: dropped
+
+
+def test_identical_differences_are_no_evidence_of_zero_spread():
+    """Eight ties do not make a candidate hopeless, nor two uniform wins adopt it."""
+    h0 = {t: float(i % 2 == 0) for i, t in enumerate(TASKS)}
+    twin_first = {t: h0[t] if i < 8 else 1.0 for i, t in enumerate(TASKS)}  # ties the first round
+    decision = race("h0", ["twin"], TASKS, Table({"h0": h0, "twin": twin_first}), Acceptance(), start=8)
+    assert not decision.rounds[0].dropped and decision.adopted == "twin"
+    two = race("h0", ["c"], TASKS[:2], Table({"h0": {t: 0.0 for t in TASKS}, "c": {t: 1.0 for t in TASKS}}),
+               Acceptance(), start=2)  # fmt: skip
+    assert two.adopted is None
 
 
 def test_a_clearly_worse_candidate_leaves_the_race_early():
