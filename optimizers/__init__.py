@@ -7,21 +7,21 @@ Optuna (imported on use).
 
 from __future__ import annotations
 
-from optimizers.meta_harness import MetaHarness
-from optimizers.meta_harness_config import MetaHarnessConfig, MetaHarnessReport
-from optimizers.methods import METHODS, Method, get_method
-from optimizers.proposers import (
+from optimizers.engine.methods import METHODS, Method, get_method
+from optimizers.engine.report import WhaleReport, load_report
+from optimizers.engine.schedules import Fixed, Patience, parse_schedule
+from optimizers.engine.whale import WhaleOptimizer
+from optimizers.harness.config import MetaHarnessConfig, MetaHarnessReport
+from optimizers.harness.meta_harness import MetaHarness
+from optimizers.harness.proposers import (
     AgenticProposer,
     CommandProposer,
     LMProposer,
     MutationProposer,
     proposer_from_spec,
 )
-from optimizers.rft import RejectionSamplingFinetune, RFTReport
-from optimizers.rft_config import RFTConfig
-from optimizers.schedules import Fixed, Patience, parse_schedule
-from optimizers.whale import WhaleOptimizer
-from optimizers.whale_report import WhaleReport, load_report
+from optimizers.weights.config import RFTConfig
+from optimizers.weights.rft import RejectionSamplingFinetune, RFTReport
 
 __all__ = [
     "METHODS",

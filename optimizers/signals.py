@@ -66,7 +66,7 @@ class HarnessIteration:
     completion_tokens: int | None = None
     """The policy completion tokens of those rollouts; None: recorded before they were counted."""
     decision: dict[str, Any] | None = None
-    """The iteration's harness decision (optimizers.racing.Decision.to_dict): who raced on which
+    """The iteration's harness decision (optimizers.harness.racing.Decision.to_dict): who raced on which
     tasks, each paired gain, and what was adopted or why nothing was; None for the incoming
     harness's iteration 0 and for records made before decisions were raced."""
 

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 
 import dspy
 
-from optimizers.archive import HarnessArchive
-from optimizers.meta_harness import MetaHarness, MetaHarnessConfig
+from optimizers.harness.archive import HarnessArchive
+from optimizers.harness.meta_harness import MetaHarness, MetaHarnessConfig
 from whale_dspy.evaluation import InProcessEvaluator
 from whale_dspy.harness import HarnessProgram, HarnessSource
 from whale_dspy.records import ProposerUsage

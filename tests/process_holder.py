@@ -30,8 +30,8 @@ def hold_server(server) -> None:
 
 
 def hold_agent(folder: Path) -> None:
-    from optimizers.archive import HarnessArchive
-    from optimizers.proposers import CommandProposer
+    from optimizers.harness.archive import HarnessArchive
+    from optimizers.harness.proposers import CommandProposer
 
     pid_file = folder / "agent.pid"
     agent = CommandProposer(f"echo $$ > {pid_file}; sleep 3600 & exec sleep 3600", jail=None)

@@ -15,7 +15,7 @@ import pytest
 from rich.console import Console
 from whale_helpers import scripted_run
 
-from optimizers.checkpoint import engine_events
+from optimizers.engine.checkpoint import engine_events
 from whale_cli import compare, report, run, transfer
 from whale_dspy.errors import ConfigError
 from whale_dspy.rundir import RunDir
@@ -308,7 +308,7 @@ def test_progress_counts_the_budget_s_unit_and_prints_each_harness_decision():
 
     from rich.console import Console
 
-    from optimizers.config import RunSettings
+    from optimizers.engine.config import RunSettings
     from whale_cli.run import RunProgress
 
     out = io.StringIO()

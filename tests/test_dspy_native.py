@@ -19,10 +19,10 @@ from test_student import exact, lookup, questions, scripted
 from user_programs import LookupQA
 
 from optimizers import RejectionSamplingFinetune, RFTConfig
-from optimizers.archive import HarnessArchive
-from optimizers.meta_harness import MetaHarness, MetaHarnessConfig, sandboxed_evaluator
-from optimizers.schedules import Fixed
-from optimizers.whale import WhaleOptimizer
+from optimizers.engine.schedules import Fixed
+from optimizers.engine.whale import WhaleOptimizer
+from optimizers.harness.archive import HarnessArchive
+from optimizers.harness.meta_harness import MetaHarness, MetaHarnessConfig, sandboxed_evaluator
 from whale_dspy.backends import WhaleProvider
 from whale_dspy.errors import ConfigError
 from whale_dspy.harness import HarnessProgram, HarnessSource

@@ -9,9 +9,9 @@ import pytest
 from user_programs import EchoAgent
 
 from optimizers import MetaHarness, MetaHarnessConfig, MutationProposer, RejectionSamplingFinetune, RFTConfig
-from optimizers.meta_harness import sandboxed_evaluator
-from optimizers.schedules import Fixed
-from optimizers.whale import WhaleOptimizer
+from optimizers.engine.schedules import Fixed
+from optimizers.engine.whale import WhaleOptimizer
+from optimizers.harness.meta_harness import sandboxed_evaluator
 from whale_dspy.rundir import RunDir
 from whale_dspy.student import as_harness
 from whale_dspy.testing.echo import WORDS, echo_metric, echo_tasks

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from optimizers.config import RunSettings
+from optimizers.engine.config import RunSettings
 from whale_cli.wiring import make_backend
 from whale_dspy.backends.gpu_sizing import MAX_THREADS, kv_bytes_per_token, size_gpu_run
 from whale_dspy.errors import ConfigError
@@ -78,7 +78,7 @@ def test_a_gpu_preset_run_is_sized_on_cpu_when_told_the_gpus_and_refused_when_no
     assert RunSettings(domain="math", preset="gpu", model=str(folder)).gpu_sizing() is None
     hub = RunSettings(domain="math", preset="gpu", model="nobody/not-cached", gpu_memory_gib=(80,))
     assert hub.gpu_sizing() is None and hub.rft_config(hub.gpu_sizing()).threads == MAX_THREADS
-    from optimizers.presets import get_preset
+    from optimizers.engine.presets import get_preset
 
     unsized = get_preset("gpu").meta_harness_config()  # both phases keep the same rollouts in flight
     assert unsized.threads == unsized.tasks == MAX_THREADS
@@ -89,7 +89,7 @@ def test_a_run_is_sized_once_so_its_server_and_phases_agree_and_a_fallback_warns
     settings = RunSettings(domain="math", preset="gpu", model=str(folder), gpu_memory_gib=(24,))
     assert settings.gpu_sizing() is settings.gpu_sizing()
     unseen = RunSettings(domain="math", preset="gpu", model="nobody/also-not-cached", gpu_memory_gib=(80,))
-    with caplog.at_level("WARNING", logger="optimizers.config"):
+    with caplog.at_level("WARNING", logger="optimizers.engine.config"):
         make_backend(unseen, tmp_path / "logs")  # the server asks, then the phases
         assert unseen.rft_config(unseen.gpu_sizing()).threads == MAX_THREADS
     assert [r.getMessage() for r in caplog.records].count(

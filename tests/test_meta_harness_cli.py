@@ -9,7 +9,7 @@ import json
 import pytest
 from rich.console import Console
 
-from optimizers.archive import META_FILE, SMOKE_FILE, TRACES_FILE
+from optimizers.harness.archive import META_FILE, SMOKE_FILE, TRACES_FILE
 from whale_cli import search
 from whale_dspy.errors import ConfigError
 from whale_dspy.evaluation import InProcessEvaluator

@@ -12,7 +12,7 @@ import pytest
 from dspy.utils.exceptions import LMProviderError, LMTransportError
 from meta_harness_helpers import TOY, ScriptedProposer, exact, student
 
-from optimizers.meta_harness import MetaHarness, MetaHarnessConfig, sandboxed_evaluator
+from optimizers.harness.meta_harness import MetaHarness, MetaHarnessConfig, sandboxed_evaluator
 from whale_dspy.errors import BackendError
 from whale_dspy.evaluation import InProcessEvaluator, evaluate
 from whale_dspy.jsonl import read_jsonl

@@ -23,10 +23,10 @@ from whale_helpers import (
     toy_evaluator,
 )
 
-from optimizers.config import RunSettings
-from optimizers.schedules import parse_schedule
-from optimizers.search_space import SearchSpace
+from optimizers.engine.config import RunSettings
+from optimizers.engine.schedules import parse_schedule
 from optimizers.study import StudyConfig, make_pruner, run_study, summarize
+from optimizers.study.search_space import SearchSpace
 from whale_cli import study as study_cli
 from whale_cli.wiring import RunData
 from whale_dspy.errors import ConfigError
@@ -175,8 +175,8 @@ class ScriptedBuild:
         self.tags: list[str] = []
 
     def __call__(self, settings, run_dir, server, data, *, on_event, tag, shared_evals):
-        from optimizers.schedules import parse_schedule
-        from optimizers.whale import WhaleOptimizer
+        from optimizers.engine.schedules import parse_schedule
+        from optimizers.engine.whale import WhaleOptimizer
 
         self.tags.append(tag)
         trial_server = backend()

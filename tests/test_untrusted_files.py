@@ -13,8 +13,8 @@ import socket
 import pytest
 from meta_harness_helpers import TOY, archive_with, exact, lm, student, tasks
 
-from optimizers.meta_harness import MetaHarness, MetaHarnessConfig
-from optimizers.proposers import CommandProposer
+from optimizers.harness.meta_harness import MetaHarness, MetaHarnessConfig
+from optimizers.harness.proposers import CommandProposer
 from whale_dspy.untrusted_files import (
     MAX_FILE_BYTES,
     UntrustedFileError,
@@ -160,7 +160,7 @@ def test_only_the_tail_of_an_agents_output_is_read_back(archive):
 @pytest.mark.timeout(60)
 def test_an_archive_from_elsewhere_is_read_as_untrusted_files(archive, secret_file):
     """What an archive holds reaches proposers' prompts: a copied archive's links are not followed."""
-    from optimizers.archive import HarnessArchive
+    from optimizers.harness.archive import HarnessArchive
 
     harness = archive.path / "c0000" / "harness.py"
     harness.unlink()

@@ -22,8 +22,8 @@ from typing import Any
 
 import dspy
 
+from optimizers.engine.whale import WhaleOptimizer
 from optimizers.signals import HarnessIteration, WeightStep
-from optimizers.whale import WhaleOptimizer
 from whale_dspy.evaluation import InProcessEvaluator
 from whale_dspy.harness import HarnessProgram, HarnessSource
 from whale_dspy.records import AdapterRef
@@ -222,7 +222,7 @@ def optimizer(
     harness: FakeHarnessPhase | None = None,
     **options: Any,
 ) -> WhaleOptimizer:
-    from optimizers.schedules import Fixed
+    from optimizers.engine.schedules import Fixed
 
     settings = {
         "schedule": Fixed(0.6, 3),
@@ -255,7 +255,7 @@ def scripted_run(
     run_dir: Path, *, budget: int = 60, delay: float = 0.0, console: Any = None
 ) -> dict[str, Any]:
     """`whale run`'s CLI path (progress, outputs, resume) on scripted phases: the test entry point."""
-    from optimizers.config import RunSettings
+    from optimizers.engine.config import RunSettings
     from whale_cli.run import execute
     from whale_cli.wiring import RunData
 
@@ -277,7 +277,7 @@ def scripted_run(
         on_event: Any,
         shared_evals: Any,
     ) -> Any:
-        from optimizers.schedules import parse_schedule
+        from optimizers.engine.schedules import parse_schedule
 
         return WhaleOptimizer(
             backend=server,

@@ -7,8 +7,8 @@ import shlex
 from pathlib import Path
 
 from domains import DOMAIN_HELP
-from optimizers.config import RunSettings
-from optimizers.presets import PRESET_HELP, PRESETS
+from optimizers.engine.config import RunSettings
+from optimizers.engine.presets import PRESET_HELP, PRESETS
 from whale_dspy.backends.vllm_server import ADAPTER_SERVING, DEFAULT_MODEL
 
 
@@ -46,22 +46,22 @@ def add_seed_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def schedule_help() -> str:
-    from optimizers.schedules import SCHEDULE_HELP
+    from optimizers.engine.schedules import SCHEDULE_HELP
 
     return f"{SCHEDULE_HELP} (default {RunSettings.schedule})"
 
 
 def proposer_help() -> str:
     """The proposer registry's forms, and the CLI's own MODEL value."""
-    from optimizers.proposers import PROPOSER_HELP
+    from optimizers.harness.proposers import PROPOSER_HELP
 
     return f"{PROPOSER_HELP} (MODEL 'served': the run's own served model)"
 
 
 def add_decision_arguments(parser: argparse.ArgumentParser) -> None:
     """How a harness phase decides to adopt a candidate (MetaHarnessConfig's fields; its defaults)."""
-    from optimizers.acceptance import ACCEPTANCE_RULES
-    from optimizers.meta_harness_config import MetaHarnessConfig as Config
+    from optimizers.harness.acceptance import ACCEPTANCE_RULES
+    from optimizers.harness.config import MetaHarnessConfig as Config
 
     rules = "; ".join(f"{name}: {about}" for name, about in ACCEPTANCE_RULES.items())
     parser.add_argument(
@@ -87,8 +87,8 @@ def add_decision_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_run_arguments(parser: argparse.ArgumentParser, *, method: bool = True, schedule: bool = True) -> None:
     """The options `run`, `compare` and `study` share (defaults live in RunSettings)."""
-    from optimizers.budget import BUDGET_UNITS
-    from optimizers.methods import METHODS
+    from optimizers.engine.budget import BUDGET_UNITS
+    from optimizers.engine.methods import METHODS
 
     parser.add_argument(
         "--config", type=Path, metavar="FILE",

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from optimizers.config import RunSettings
+from optimizers.engine.config import RunSettings
 from whale_cli.arguments import add_run_arguments, schedule_help
 from whale_cli.report import print_summary, write_outputs
 from whale_cli.run import check_same_settings, execute, served
@@ -45,8 +45,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def plan(args: argparse.Namespace) -> tuple[list[tuple[RunSettings, Path]], Path]:
     """Every (settings, run dir) of the comparison, validated before the server starts."""
-    from optimizers.methods import get_method
-    from optimizers.schedules import parse_schedule
+    from optimizers.engine.methods import get_method
+    from optimizers.engine.schedules import parse_schedule
     from whale_dspy.reporting.tables import schedule_label
 
     given = given_settings(args)

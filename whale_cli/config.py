@@ -12,9 +12,9 @@ import json
 from dataclasses import asdict, replace
 from typing import Any
 
-from optimizers.auto import AUTO, PROGRAM, auto_settings
-from optimizers.config import RunSettings
-from optimizers.presets import get_preset
+from optimizers.engine.auto import AUTO, PROGRAM, auto_settings
+from optimizers.engine.config import RunSettings
+from optimizers.engine.presets import get_preset
 from whale_cli.arguments import add_run_arguments, add_seed_argument
 from whale_cli.settings_file import given_settings, settings_from_args, settings_toml
 from whale_dspy.errors import ConfigError
@@ -54,8 +54,8 @@ def show_settings(settings: RunSettings) -> None:
     """Check the names the settings hold, then print them as a settings file with what they resolve to
     as comments (`whale config show`, `whale run --dry-run`)."""
     from domains import get_domain
-    from optimizers.methods import get_method
-    from optimizers.schedules import parse_schedule
+    from optimizers.engine.methods import get_method
+    from optimizers.engine.schedules import parse_schedule
 
     if settings.domain != PROGRAM:  # a user's own program has no registered domain
         get_domain(settings.domain)

@@ -49,7 +49,7 @@ def run_dirs(path: Path) -> list[Path]:
 
 def collect_reports(*paths: Path) -> list[dict[str, Any]]:
     """Every run's report below `paths`, each run once, in the order given."""
-    from optimizers.whale_report import load_report
+    from optimizers.engine.report import load_report
 
     runs: dict[Path, Path] = {}
     for path in paths:

@@ -26,7 +26,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from optimizers.config import RunSettings
+from optimizers.engine.config import RunSettings
 from whale_cli.arguments import add_run_arguments, add_seed_argument
 from whale_cli.report import print_phases, print_summary, write_outputs
 from whale_cli.search import decision_cell

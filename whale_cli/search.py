@@ -25,9 +25,9 @@ from rich.console import Console
 from rich.table import Table
 
 from domains import DOMAIN_HELP
-from optimizers.assembly import proposer_lm
-from optimizers.config import DECISION_FIELDS, agent_jail
-from optimizers.presets import get_preset
+from optimizers.engine.assembly import proposer_lm
+from optimizers.engine.config import DECISION_FIELDS, agent_jail
+from optimizers.engine.presets import get_preset
 from whale_cli.arguments import (
     add_agent_arguments,
     add_decision_arguments,
@@ -114,8 +114,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def prepare(args: argparse.Namespace) -> dict[str, Any]:
     """Domain, seed harness, tasks, proposer and config: every ConfigError before the server starts."""
     from domains import get_domain
-    from optimizers.meta_harness import MetaHarnessConfig
-    from optimizers.proposers import ProposerOptions, proposer_from_spec
+    from optimizers.harness.meta_harness import MetaHarnessConfig
+    from optimizers.harness.proposers import ProposerOptions, proposer_from_spec
     from whale_cli.eval import resolve_harness
 
     domain = get_domain(args.domain)
@@ -155,7 +155,7 @@ def prepare(args: argparse.Namespace) -> dict[str, Any]:
 
 def search_evaluator(args: argparse.Namespace, config: Any) -> CandidateEvaluator:
     """The search's evaluator: the sandbox by default, in process with --no-sandbox."""
-    from optimizers.meta_harness import sandboxed_evaluator
+    from optimizers.harness.meta_harness import sandboxed_evaluator
 
     if args.sandbox:
         return sandboxed_evaluator(config)
@@ -258,7 +258,7 @@ def search(
     setup: dict[str, Any], backend: InferenceBackend, args: argparse.Namespace, console: Console
 ) -> int:
     """Run the search on a started backend, then score h0 and the best harness on the test tasks."""
-    from optimizers.meta_harness import MetaHarness
+    from optimizers.harness.meta_harness import MetaHarness
 
     domain, run_dir = setup["domain"], setup["run_dir"]
     adapter = load_adapter_folder(backend, args.adapter, args.model, "search")

@@ -20,7 +20,7 @@ from dataclasses import asdict, fields, replace
 from pathlib import Path
 from typing import Any
 
-from optimizers.config import RunSettings
+from optimizers.engine.config import RunSettings
 from whale_cli.arguments import add_run_arguments
 from whale_cli.run import served
 from whale_cli.settings_file import given_settings
@@ -89,8 +89,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def study_config(args: argparse.Namespace, settings: RunSettings) -> Any:
     """The StudyConfig from the flags; every check that needs no server happens here."""
-    from optimizers.schedules import parse_schedule
-    from optimizers.search_space import SearchSpace
+    from optimizers.engine.schedules import parse_schedule
+    from optimizers.study.search_space import SearchSpace
     from optimizers.study import StudyConfig
 
     space = SearchSpace()
@@ -218,7 +218,7 @@ class ValidationListener:
     def __call__(self, event: dict[str, Any]) -> None:
         if event["kind"] != "evaluation":
             return
-        from optimizers.checkpoint import read_state
+        from optimizers.engine.checkpoint import read_state
         from whale_dspy.rundir import RunDir
 
         if event["mean_at_k"] > self.best:
@@ -236,7 +236,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from optimizers.study import open_study, run_study, summarize
-    from optimizers.study_plots import save_plots
+    from optimizers.study.plots import save_plots
 
     console = Console()
     settings = run_settings(args)

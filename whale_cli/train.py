@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from domains import DOMAIN_HELP
-from optimizers.presets import PRESET_HELP, PRESETS, get_preset
+from optimizers.engine.presets import PRESET_HELP, PRESETS, get_preset
 from whale_cli.arguments import add_model_argument, add_thinking_argument
 from whale_cli.eval import add_harness_arguments
 from whale_dspy.backends.vllm_server import thinking_template_kwargs
@@ -71,7 +71,7 @@ def rft_config_from(args: argparse.Namespace) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     from domains import get_domain
-    from optimizers.rft import RejectionSamplingFinetune
+    from optimizers.weights.rft import RejectionSamplingFinetune
     from whale_cli.eval import adapter_context, resolve_harness
     from whale_cli.run import served
     from whale_cli.wiring import backend_for_model, thinking_server_options

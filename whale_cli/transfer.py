@@ -12,7 +12,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from optimizers.config import RunSettings
+from optimizers.engine.config import RunSettings
 from whale_cli.run import served
 from whale_cli.wiring import evaluate_on_test, load_data, make_backend
 from whale_dspy.errors import ConfigError
@@ -37,7 +37,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def weights_of(spec: str, settings: RunSettings) -> tuple[str, AdapterRef | None]:
     """(label, adapter) for 'base' or another run's final adapter on the same base model."""
-    from optimizers.whale_report import load_report
+    from optimizers.engine.report import load_report
 
     if spec == "base":
         return "base", None
@@ -51,7 +51,7 @@ def weights_of(spec: str, settings: RunSettings) -> tuple[str, AdapterRef | None
 
 
 def run(args: argparse.Namespace) -> int:
-    from optimizers.whale_report import load_report
+    from optimizers.engine.report import load_report
 
     settings = RunSettings.from_run(args.run_dir)
     label, adapter = weights_of(args.adapter, settings)

@@ -1,7 +1,7 @@
 """Builds a run from CLI settings: domain data, seed harness, server, trainer, phases, optimizer.
 
 This is the one place that knows every package (domains, harness programs,
-backends, optimizers); it builds everything from one `RunSettings` (optimizers.config).
+backends, optimizers); it builds everything from one `RunSettings` (optimizers.engine.config).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 import dspy
 
-from optimizers.config import RunSettings
+from optimizers.engine.config import RunSettings
 from whale_dspy.backends.vllm_server import thinking_template_kwargs
 from whale_dspy.defaults import DEFAULT_THREADS
 from whale_dspy.errors import ConfigError
@@ -145,7 +145,7 @@ def evaluate_on_test(
 ) -> Any:
     """Test mean@k of `source` (a run's harness) under `adapter`, on the run's checkpoint rollout
     ids; contained, since a run's harness is model-written unless it is the seed's own code."""
-    from optimizers.whale import EVAL_NAMESPACE
+    from optimizers.engine.whale import EVAL_NAMESPACE
     from whale_dspy.sandbox import ContainedEvaluator
 
     program = student_of(data, backend, settings, adapter=adapter).with_source(source)
@@ -169,8 +169,8 @@ def make_optimizer(
     on_event: Callable[[dict[str, Any]], None] | None = None,
     shared_evals: Any = None,
 ) -> Any:
-    """The run's optimizer on its domain's metric (optimizers.assembly builds it)."""
-    from optimizers.assembly import make_optimizer as assemble
+    """The run's optimizer on its domain's metric (optimizers.engine.assembly builds it)."""
+    from optimizers.engine.assembly import make_optimizer as assemble
 
     return assemble(
         settings, run_dir, backend, data.domain.metric, on_event=on_event, shared_evals=shared_evals
@@ -180,6 +180,6 @@ def make_optimizer(
 def shared_evaluations(settings: RunSettings, out: Path) -> Any:
     """OUT/shared-evals: where runs on one model and domain (a comparison's methods, a study's
     trials) share the evaluations of identical base-weight programs."""
-    from optimizers.shared_evals import SharedEvaluations
+    from optimizers.engine.shared_evals import SharedEvaluations
 
     return SharedEvaluations(out / "shared-evals", scope=f"{settings.model}|{settings.domain}")

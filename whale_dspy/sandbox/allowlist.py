@@ -44,7 +44,7 @@ ALLOWED_IMPORTS: frozenset[str] = frozenset(
 )
 """Modules (with their submodules) a candidate may import: DSPy, signatures, chess and harmless
 standard library modules; each must exist, since proposers are shown this list. The harness
-building blocks are copied into candidates as source (optimizers/proposers/blocks.py), not
+building blocks are copied into candidates as source (optimizers/harness/proposers/blocks.py), not
 imported. Pass another set to widen or narrow it."""
 
 DENIED_SUBMODULES: frozenset[str] = frozenset({"chess.engine", "chess.gaviota", "chess.syzygy"})

@@ -1,0 +1,122 @@
+"""`auto="light" | "medium" | "heavy"`: a whole run's configuration from one word, as GEPA's `auto`.
+
+Each level names a budget, a schedule and how harness decisions are made, for the kind of
+machine the model is served on; everything else (phase sizes, sampling, threads, eval k) is the
+machine's preset (optimizers.engine.presets) read through RunSettings, as `whale run` reads it. So
+`whale config show --auto light` prints what `WhaleOptimizer(metric=..., auto="light")` runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import dspy
+
+from optimizers.engine.config import RunSettings
+from whale_dspy.errors import ConfigError
+from whale_dspy.protocols import InferenceBackend
+
+log = logging.getLogger(__name__)
+
+PROGRAM = "dspy-program"
+"""What RunSettings calls the domain of a run on a user's own program and data."""
+
+
+@dataclass(frozen=True)
+class AutoLevel:
+    budget: int
+    """Rollouts the whole run may spend (both phases)."""
+    schedule: str
+    decision: dict[str, Any] = field(default_factory=dict)
+    """RunSettings decision fields; the rest are the preset's."""
+
+
+AUTO: dict[str, dict[str, AutoLevel]] = {
+    # CPU: a weight step is 16 rollouts (4 tasks x 4); light decides on the proposer's own tasks
+    "cpu": {
+        "light": AutoLevel(96, "fixed:0.5,1", {"selection_tasks": 0}),
+        "medium": AutoLevel(480, "fixed:0.6,3"),
+        "heavy": AutoLevel(2000, "fixed:0.6,6"),
+    },
+    # GPU: a weight step is 256 rollouts (32 tasks x 8)
+    "gpu": {
+        "light": AutoLevel(2048, "fixed:0.5,2"),
+        "medium": AutoLevel(8192, "fixed:0.6,4"),
+        "heavy": AutoLevel(32768, "fixed:0.6,6"),
+    },
+}
+
+
+def machine_kind() -> str:
+    """ "cpu" where the installed vLLM is the CPU build, else "gpu"."""
+    from whale_dspy.backends.vllm_server import cpu_build
+
+    return "cpu" if cpu_build() else "gpu"
+
+
+def auto_settings(auto: str, *, model: str, machine: str | None = None, seed: int = 0) -> RunSettings:
+    """The RunSettings of `auto` for `model` on this kind of machine (or `machine`: cpu, gpu)."""
+    machine = machine or machine_kind()
+    if machine not in AUTO or auto not in AUTO[machine]:
+        raise ConfigError(
+            f"auto must be one of {', '.join(AUTO['cpu'])} on cpu or gpu, not {auto!r} on {machine!r}"
+        )
+    level = AUTO[machine][auto]
+    return RunSettings(
+        domain=PROGRAM,
+        model=model,
+        preset=machine,
+        seed=seed,
+        budget=level.budget,
+        schedule=level.schedule,
+        **level.decision,
+    )
+
+
+@dataclass(frozen=True)
+class AutoRequest:
+    """What the short form was given; `compile` completes it once the student names its backend."""
+
+    auto: str
+    backend: InferenceBackend | None
+    run_dir: str | Path | None
+    on_event: Callable[[dict[str, Any]], None] | None
+
+    def optimizer_kwargs(self, student: dspy.Module, metric: Callable) -> dict[str, Any]:
+        """The explicit form's arguments: the backend (and trainer) from the student's LM's
+        WhaleProvider unless given, a temporary run folder unless given."""
+        from optimizers.engine.assembly import optimizer_kwargs
+        from whale_dspy.backends.dspy_provider import WhaleProvider
+
+        provider = getattr(_lm_of(student), "provider", None)
+        ours = provider if isinstance(provider, WhaleProvider) else None
+        backend = self.backend or (ours.backend if ours else None)
+        if backend is None:
+            raise ConfigError(
+                "auto= needs a backend: give the student an LM from whale_dspy.LM(...) (its provider "
+                "serves and trains), or pass backend="
+            )
+        run_dir = Path(self.run_dir or tempfile.mkdtemp(prefix="whale-run-"))
+        if self.run_dir is None:
+            log.info("run folder: %s (pass run_dir= to choose it)", run_dir)
+        model = ours.base if ours else (backend.base_model or backend.served_model())
+        # adapter names are never reused on a server: each run folder tags its own
+        tag = "auto-" + hashlib.sha256(str(run_dir.resolve()).encode()).hexdigest()[:8]
+        settings = replace(auto_settings(self.auto, model=model), run_tag=tag)
+        trainer, base = (ours.trainer, ours.base) if ours else (None, None)
+        return optimizer_kwargs(
+            settings, run_dir, backend, metric, trainer=trainer, base=base, on_event=self.on_event
+        )
+
+
+def _lm_of(student: dspy.Module) -> dspy.BaseLM | None:
+    """The LM the student's predictors use (one set on it), else DSPy's configured LM."""
+    lms = {id(p.lm): p.lm for p in student.predictors() if p.lm is not None}
+    bound = getattr(student, "bound_lm", None)  # a HarnessProgram carries its LM itself
+    return bound or (next(iter(lms.values())) if len(lms) == 1 else None) or dspy.settings.lm

@@ -1,0 +1,216 @@
+"""`RunSettings`: the one configuration of a run, validated when built, recorded in the run folder.
+
+The library owns it: the CLI's flags and `--config` file only parse text into it, and
+`whale config show` prints it resolved.
+
+The run's config.json holds `RunSettings.record()`, so `whale run --resume DIR` rebuilds exactly
+the same run from the directory alone (`RunSettings.from_run`).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any, ClassVar
+
+from optimizers.engine.presets import get_preset
+from whale_dspy.backends.vllm_server import ADAPTER_SERVING, DEFAULT_MODEL, thinking_template_kwargs
+from whale_dspy.defaults import DEFAULT_EVAL_K
+from whale_dspy.errors import ConfigError
+from whale_dspy.rundir import RunDir
+
+log = logging.getLogger(__name__)
+
+
+DECISION_FIELDS = ("acceptance", "confidence", "margin", "selection_tasks", "race_start")
+"""RunSettings fields that are MetaHarnessConfig fields of the same name."""
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """Everything `whale run` was asked for; one run directory holds exactly one of these."""
+
+    domain: str
+    method: str = "whale"
+    schedule: str = "fixed:0.6,6"
+    budget: int = 2000
+    model: str = DEFAULT_MODEL
+    seed: int = 0
+    eval_every: int | None = None
+    eval_k: int = DEFAULT_EVAL_K
+    proposer: str = "mutation"
+    preset: str = "cpu"
+    weight_share: float | None = None
+    train_limit: int | None = None
+    search_limit: int | None = None
+    test_limit: int | None = None
+    run_tag: str | None = None
+    """Adapter-name tag; defaults to method-seed. Runs sharing a server need distinct tags."""
+    agent_read: tuple[str, ...] = ()
+    agent_env: tuple[str, ...] = ()
+    agent_network: bool = False
+    """What the jail of a `command:` proposer's agent grants (see `add_agent_arguments`)."""
+    adapters: str = "auto"
+    """How the run's own server serves adapters: "merged" into the weights (no per-token LoRA
+    cost; the CPU build's "auto"), or "runtime" LoRA by name (GPUs' "auto")."""
+    replicas: int = 1
+    """How many servers the run starts for itself; more than one serve runtime LoRA behind one
+    replica set (whale_dspy.backends.replicas), each call on the least busy."""
+    adapter_store: str | None = None
+    """Where a replica set publishes adapters for every replica to read (a shared file system when
+    replicas run on other hosts); default the run folder's `adapter-store`."""
+    train_device: str | None = None
+    """Where the trainer puts the model (cpu, cuda, cuda:N: off the serving GPU); default the preset's."""
+    train_launcher: tuple[str, ...] = ()
+    """A command prefix that runs each training elsewhere (`ssh trainhost`, `srun --gres=gpu:1`), with
+    the run folder at the same path there (see LoraTrainer)."""
+    thinking: bool | None = None
+    """A chat template's thinking switch (Qwen3's `enable_thinking`), set once for both sides: the
+    run's own servers render every prompt with it and the trainer renders its prompts the same way.
+    None leaves the template's default (a server someone else runs needs the same switch:
+    `whale serve --no-thinking`, or vLLM's `--default-chat-template-kwargs`)."""
+    gpu_memory_gib: tuple[float, ...] = ()
+    """Each GPU's memory, for sizing a GPU preset's run; default what torch sees when the run starts
+    (give it to size a run, or check a GPU settings file, on a machine without the GPUs)."""
+
+    budget_unit: str = "rollouts"
+    """What `budget` counts: rollouts, policy LM calls or completion tokens (optimizers.engine.budget)."""
+    acceptance: str | None = None
+    confidence: float | None = None
+    margin: float | None = None
+    selection_tasks: int | None = None
+    race_start: int | None = None
+    """How harness phases decide (MetaHarnessConfig's fields of those names); None: its default."""
+
+    LATER_FIELDS: ClassVar[tuple[str, ...]] = (
+        "thinking",
+        "gpu_memory_gib",
+        "budget_unit",
+        *DECISION_FIELDS,
+    )
+    """Fields added after runs were recorded: a record leaves them out while they hold their
+    default, so a run recorded before them resumes (RunDir compares records key by key)."""
+
+    def record(self) -> dict[str, Any]:
+        """The settings as the run folder records them (JSON types: tuples become lists)."""
+        fields = {key: value for key, value in asdict(self).items() if key not in self.LATER_FIELDS}
+        later = {key: getattr(self, key) for key in self.LATER_FIELDS}
+        fields |= {key: value for key, value in later.items() if value != getattr(RunSettings, key)}
+        return json.loads(json.dumps(fields))
+
+    def __post_init__(self) -> None:
+        get_preset(self.preset)
+        if self.adapters not in ADAPTER_SERVING:
+            raise ConfigError(
+                f"unknown adapter serving {self.adapters!r}; valid: {', '.join(ADAPTER_SERVING)}"
+            )
+        if self.replicas < 1:
+            raise ConfigError(f"replicas must be >= 1, got {self.replicas}")
+        if self.replicas > 1 and self.adapters == "merged":
+            raise ConfigError("replicas serve runtime LoRA: --adapters merged swaps one server's weights")
+        object.__setattr__(self, "agent_read", tuple(str(Path(p).resolve()) for p in self.agent_read))
+        object.__setattr__(self, "agent_env", tuple(self.agent_env))
+        object.__setattr__(self, "train_launcher", tuple(self.train_launcher))
+        object.__setattr__(self, "gpu_memory_gib", tuple(float(gib) for gib in self.gpu_memory_gib))
+        if self.train_device is not None:
+            self.rft_config()  # the trainer's config checks the device now, before anything starts
+        harness = get_preset(self.preset).meta_harness_config(**self.decision())  # checked before any start
+        if self.search_limit is not None and harness.selection_tasks and self.search_limit <= harness.tasks:
+            raise ConfigError(
+                f"search_limit {self.search_limit} leaves no selection tasks: the harness phase shows "
+                f"{harness.tasks} to its proposer and decides on up to {harness.selection_tasks} others "
+                f"(give --search-limit {harness.tasks + harness.selection_tasks}, or --selection-tasks 0 to "
+                "decide on the tasks the proposer sees, as WHALE did)"
+            )
+        from optimizers.engine.budget import Budget
+
+        Budget(self.budget, self.budget_unit)
+
+    def decision(self) -> dict[str, Any]:
+        """The harness decision settings given (MetaHarnessConfig fields); the rest take its defaults."""
+        return {key: getattr(self, key) for key in DECISION_FIELDS if getattr(self, key) is not None}
+
+    @property
+    def agent_jail(self) -> Any:
+        """The jail a `command:` proposer's agent runs in."""
+        return agent_jail(self.agent_read, self.agent_env, self.agent_network)
+
+    @property
+    def every(self) -> int:
+        """Test evaluations every this many rollouts (default: ten points over the budget)."""
+        return self.eval_every or max(1, self.budget // 10)
+
+    def rft_config(self, sizing: Any = None) -> Any:
+        """The preset's weight-phase settings, tagged so that runs sharing a server never share names,
+        with a GPU run's `sizing` (threads, trainer device, gradient checkpointing) laid over them."""
+        tag = self.run_tag or f"{self.method}-{self.seed}"
+        config = get_preset(self.preset).rft_config(seed=self.seed, run_tag=tag)
+        training = config.training
+        if sizing is not None:
+            config = replace(config, threads=sizing.threads)
+            training = replace(
+                training, device=sizing.train_device, gradient_checkpointing=sizing.gradient_checkpointing
+            )
+        if self.thinking is not None:
+            training = replace(training, chat_template_kwargs=thinking_template_kwargs(self.thinking))
+        if self.train_device is not None:
+            training = replace(training, device=self.train_device)
+        return replace(config, training=training)
+
+    def pinned(self) -> RunSettings:
+        """A new run's settings with the GPUs it sizes for written in (a GPU preset, none given), so
+        that resuming it elsewhere sizes it the same or is refused, never silently resized."""
+        if self.gpu_memory_gib or not get_preset(self.preset).sized_on_gpu:
+            return self
+        from whale_dspy.backends.gpu_sizing import visible_gpu_gib
+
+        return replace(self, gpu_memory_gib=tuple(round(gib, 1) for gib in visible_gpu_gib()))
+
+    def gpu_sizing(self) -> Any:
+        """How a GPU preset's run is sized for this model on these GPUs; None (the preset's fixed
+        sizes, with a warning) for other presets, where no GPU is visible and none is given (a
+        controller of servers on other hosts), or where the model's shape cannot be read."""
+        if not get_preset(self.preset).sized_on_gpu:
+            return None
+        from whale_dspy.backends.gpu_sizing import visible_gpu_gib
+
+        return _sized_gpu_run(self.preset, self.model, tuple(self.gpu_memory_gib) or tuple(visible_gpu_gib()))
+
+    @property
+    def sampling(self) -> dict[str, Any]:
+        """The preset's sampling (`Preset.sampling`): every program the run binds and evaluates."""
+        return get_preset(self.preset).sampling()
+
+    @classmethod
+    def from_run(cls, run_dir: Path) -> RunSettings:
+        config = RunDir(run_dir).config()
+        if not config or "cli" not in config:
+            raise ConfigError(f"{run_dir} holds no `whale run` (no config.json with its settings)")
+        return cls(**config["cli"])
+
+
+@functools.cache
+def _sized_gpu_run(preset: str, model: str, gpus: tuple[float, ...]) -> Any:
+    """`RunSettings.gpu_sizing`, once per process: a run's server and its phases both ask, and the
+    answer (read from the model's config, with a warning when it falls back) is the same."""
+    from whale_dspy.backends.gpu_sizing import local_model_folder, size_gpu_run
+    from whale_dspy.models import resolve_model
+
+    folder = local_model_folder(resolve_model(model)) if gpus else None
+    if folder is None:
+        why = "no GPU is visible (--gpu-memory-gib sizes it)" if not gpus else "the model is no local folder"
+        log.warning("the %s preset runs unsized, at its fixed sizes: %s", preset, why)
+        return None
+    longest = get_preset(preset).rft_config().training.max_length  # the longest trace trained
+    return size_gpu_run(folder, list(gpus), tokens_per_rollout=longest)
+
+
+def agent_jail(read: Sequence[str], env: Sequence[str], network: bool) -> Any:
+    """The jail of a `command:` proposer's agent (paths made absolute, as bubblewrap needs them)."""
+    from optimizers.harness.proposers import Jail
+
+    return Jail(tuple(str(Path(path).resolve()) for path in read), tuple(env), network)

@@ -1,0 +1,120 @@
+"""MutationProposer: structural edits from a fixed catalogue, no LM needed.
+
+It picks a parent among the archive's best (seeded by the archive's size, so
+a resumed search draws the same edits) and applies one applicable edit: one
+from the catalogue, few-shot demos drawn from that parent's own accepted
+search rollouts, or labeled demos of the search tasks it ran on. With no API
+key this is the search that runs, and it is the random-search baseline that LM
+proposers must beat. Guided (`--proposer guided`), it draws half its edits from
+those the parent's failing traces call for (`diagnosis.py`: a tool rejecting the
+answer, truncated completions, parse failures, empty or wrong answers) and says
+so in the hypothesis. In prompt-only mode it
+uses only prompt edits.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+
+from optimizers.harness.archive import HarnessArchive
+from optimizers.harness.proposers.diagnosis import indicated_edits
+from optimizers.harness.proposers.edits import EDITS, Edit, trace_edits
+from whale_dspy.errors import ConfigError
+from whale_dspy.harness import HarnessSource
+from whale_dspy.records import ProposerUsage
+from whale_dspy.seeding import derive_seed
+
+log = logging.getLogger(__name__)
+
+ATTEMPTS_PER_CANDIDATE = 20
+GUIDED_SHARE = 0.5
+"""The share of a guided proposer's draws taken from the edits the traces call for (the rest explore)."""
+
+
+def refused_at_build(archive: HarnessArchive) -> set[str]:
+    """The hypotheses of candidates that failed to build. An edit's build failure says what the
+    task's tools cannot support (answers from a listing tool where none lists, a vote over an
+    episode's tools), which fails the same way on every parent: such an edit is not drawn again."""
+    return {meta.hypothesis for meta in archive.candidates if meta.stage == "build"}
+
+
+class MutationProposer:
+    def __init__(
+        self,
+        seed: int = 0,
+        *,
+        prompt_only: bool = False,
+        parents: int = 3,
+        edits: tuple[Edit, ...] = EDITS,
+        guided: bool = False,
+    ):
+        if parents < 1:
+            raise ConfigError(f"parents must be >= 1, got {parents}")
+        self.label = "guided" if guided else "mutation"
+        self.guided = guided
+        self.seed = seed
+        self.parents = parents
+        self.prompt_only = prompt_only
+        self.edits = tuple(edit for edit in edits if edit.prompt_only or not prompt_only)
+        if not self.edits:
+            raise ConfigError("no edit left: prompt-only mode needs at least one prompt edit")
+
+    def propose(self, archive: HarnessArchive, k: int) -> list[HarnessSource]:
+        """Up to k new sources, each one edit away from one of the best candidates."""
+        rng = random.Random(derive_seed("mutation", self.seed, len(archive)))
+        parents = [archive.source(meta.name) for meta in archive.parents(self.parents)]
+        refused, labels = refused_at_build(archive), archive.labels()
+        edits = {
+            parent.name: tuple(
+                edit
+                for edit in (*self.edits, *self._from_traces(archive, parent.name, labels))
+                if not any(hypothesis.startswith(edit.hypothesis) for hypothesis in refused)
+            )
+            for parent in parents
+        }
+        called_for = {parent.name: self._called_for(archive, parent.name) for parent in parents}
+        seen = {meta.digest for meta in archive.candidates}
+        out: list[HarnessSource] = []
+        for _ in range(k * ATTEMPTS_PER_CANDIDATE):
+            if len(out) == k or not parents:
+                break
+            parent = rng.choice(parents)
+            if not edits[parent.name]:
+                continue
+            indicated = [e for e in edits[parent.name] if e.name in called_for[parent.name]]
+            edit = rng.choice(indicated if indicated and rng.random() < GUIDED_SHARE else edits[parent.name])
+            code = edit.apply(parent.code, rng)
+            if code is None:
+                continue
+            why = called_for[parent.name].get(edit.name)
+            source = HarnessSource(
+                name=f"{parent.name}-{edit.name}",
+                code=code,
+                parent=parent.name,
+                hypothesis=f"{edit.hypothesis} (called for by the traces: {why})" if why else edit.hypothesis,
+            )
+            if source.digest not in seen:
+                seen.add(source.digest)
+                out.append(source)
+        if len(out) < k:
+            log.info("mutation: %d of %d candidates (no other edit applies to the best parents)", len(out), k)
+        return out
+
+    def usage(self) -> ProposerUsage:
+        """No LM, no cost: edits are applied by code."""
+        return ProposerUsage()
+
+    def _called_for(self, archive: HarnessArchive, parent: str) -> dict[str, str]:
+        """The edits the parent's failing search traces call for, with why (none unguided)."""
+        return indicated_edits(archive.traces(parent)) if self.guided else {}
+
+    def _from_traces(
+        self, archive: HarnessArchive, parent: str, labels: dict[str, dict[str, object]]
+    ) -> tuple[Edit, ...]:
+        """Edits drawn from the parent's own search rollouts: few-shot demos of its accepted calls,
+        and labeled demos of the search tasks it ran on."""
+        if self.prompt_only:
+            return ()
+        rng = random.Random(derive_seed("demos", self.seed, len(archive), parent))
+        return trace_edits(archive.traces(parent), labels, rng)

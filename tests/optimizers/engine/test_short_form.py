@@ -1,0 +1,72 @@
+"""The short form DSPy users expect: an LM whose provider is our backend, the metric passed once,
+`auto=` choosing the rest, and everything the run writes under its run folder."""
+
+from __future__ import annotations
+
+import dspy
+import pytest
+from test_student import exact, lookup, questions, scripted
+from user_programs import LookupQA
+
+from optimizers.engine.config import RunSettings
+from optimizers.engine.whale import WhaleOptimizer
+from whale_dspy.backends import WhaleProvider
+from whale_dspy.errors import ConfigError
+from whale_dspy.harness import HarnessProgram
+from whale_dspy.rundir import RunDir
+from whale_dspy.testing import FakeBackend, FakeTrainer
+
+
+def users_program(tmp_path) -> tuple[LookupQA, FakeBackend, FakeTrainer]:
+    backend, trainer = FakeBackend(scripted()), FakeTrainer()
+    provider = WhaleProvider(backend, trainer, base="base-model", adapters_dir=tmp_path / "provider")
+    program = LookupQA(lookup, notes=1)
+    program.set_lm(provider.lm())
+    return program, backend, trainer
+
+
+def test_the_short_form_compiles_a_users_program_with_its_lms_backend(tmp_path):
+    program, backend, trainer = users_program(tmp_path)
+    run_dir = tmp_path / "run"
+    best = WhaleOptimizer(metric=exact, auto="light", run_dir=run_dir).compile(
+        program, trainset=questions(8), valset=questions(4)
+    )
+    assert isinstance(best, HarnessProgram) and best.report.spend.rollouts > 0
+    assert trainer.calls and all(run_dir in call.out_dir.parents for call in trainer.calls)
+    assert best.adapter_name in backend.loaded
+    assert (run_dir / "harness").is_dir() and RunDir(run_dir).events("run_started")
+    config = RunDir(run_dir).config()
+    assert config["cli"]["budget"] == 96 and config["sampling"] == {"temperature": 1.0, "max_tokens": 128}
+
+
+def test_without_a_run_folder_the_short_form_writes_a_temporary_one_named_in_its_report(tmp_path, caplog):
+    program, _, _ = users_program(tmp_path)
+    with caplog.at_level("INFO", logger="optimizers.engine.auto"):
+        best = WhaleOptimizer(metric=exact, auto="light").compile(program, trainset=questions(8))
+    folder = best.report.to_dict()["run_dir"]
+    assert "whale-run-" in folder and folder in caplog.text
+
+
+def test_the_short_form_refuses_what_auto_chooses_and_an_lm_without_our_provider(tmp_path):
+    with pytest.raises(ConfigError, match="budget"):
+        WhaleOptimizer(metric=exact, auto="light", budget=10)
+    with pytest.raises(ConfigError, match="explicit form needs backend, schedule, budget, run_dir"):
+        WhaleOptimizer(metric=exact)
+    program = LookupQA(lookup, notes=1)
+    program.set_lm(dspy.LM("openai/gpt-4o-mini"))
+    with pytest.raises(ConfigError, match="whale_dspy.LM"):
+        WhaleOptimizer(metric=exact, auto="light", run_dir=tmp_path).compile(program, trainset=questions(2))
+
+
+def test_config_show_prints_the_settings_the_short_form_runs(tmp_path, capsys):
+    from whale_cli.main import main
+    from whale_cli.settings_file import read_settings_file
+
+    program, _, _ = users_program(tmp_path)
+    run_dir = tmp_path / "run"
+    WhaleOptimizer(metric=exact, auto="light", run_dir=run_dir).compile(program, trainset=questions(8))
+    ran = RunDir(run_dir).config()["cli"]
+    assert main(["config", "show", "--auto", "light", "--machine", "cpu", "--model", "base-model"]) == 0
+    (tmp_path / "shown.toml").write_text(capsys.readouterr().out)
+    shown = RunSettings(**read_settings_file(tmp_path / "shown.toml")).record()
+    assert {**shown, "run_tag": ran["run_tag"]} == ran  # the tag names the run folder

@@ -1,0 +1,32 @@
+"""The short form end to end on the embedded model: `whale_dspy.LM` starts the server, and
+`WhaleOptimizer(metric=..., auto="light")` finds it and the trainer on the student's LM."""
+
+from __future__ import annotations
+
+import pytest
+from user_programs import EchoAgent
+
+import whale_dspy
+from optimizers.engine.whale import WhaleOptimizer
+from whale_dspy.rundir import RunDir
+from whale_dspy.testing.echo import WORDS, echo_metric, echo_tasks
+
+pytestmark = pytest.mark.integration
+
+
+def tidy(text: str) -> str:
+    """The reply without surrounding spaces, quotes or capitals."""
+    return text.strip().strip("\"'.").lower()
+
+
+def test_the_short_form_runs_auto_light_on_the_embedded_model(tmp_path):
+    program = EchoAgent(tidy)
+    program.set_lm(whale_dspy.LM("smollm2-135m", folder=tmp_path / "lm"))
+    best = WhaleOptimizer(metric=echo_metric, auto="light", run_dir=tmp_path / "run").compile(
+        program, trainset=echo_tasks(WORDS[:8]), valset=echo_tasks(WORDS[8:16])
+    )
+    run = RunDir(tmp_path / "run")
+    assert best.report.spend.rollouts <= 96 and run.events("run_finished")
+    assert [p.phase for p in best.report.phases][:2] == ["weight", "harness"]
+    trained = list((tmp_path / "run").rglob("adapter_config.json"))
+    assert trained and not (tmp_path / "lm" / "adapters").exists()  # adapters only in the run folder

@@ -1,0 +1,323 @@
+"""The harness changes issue 21 adds: few-shot demos from the harness's own accepted rollouts, the
+harness's own sampling (capped by the sandbox), and retrieval tool blocks for search QA."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+
+import dspy
+import pytest
+from meta_harness_helpers import BROKEN, GOOD, QA, TOY, archive_with, exact, source, tasks
+from sandbox_helpers import TEST_LIMITS
+
+from optimizers.engine.assembly import proposer_lm
+from optimizers.harness.proposers import MechanismProposer, MutationProposer
+from optimizers.harness.proposers.demos import call_fields, demos_from
+from optimizers.harness.proposers.diagnosis import indicated_edits, symptoms
+from optimizers.harness.proposers.edits import EDITS_BY_NAME, FEW_SHOT_HYPOTHESIS, few_shot
+from whale_dspy.errors import ConfigError
+from whale_dspy.evaluation import evaluate
+from whale_dspy.harness import HarnessProgram, HarnessSource
+from whale_dspy.records import LMCall, Rollout, ToolCall
+from whale_dspy.rollouts import run_rollout
+from whale_dspy.sandbox import SandboxedEvaluator
+from whale_dspy.testing import FakeBackend, ScriptedLM
+
+SEARCH = """
+import dspy
+
+
+class Lookup(dspy.Module):
+    def __init__(self, search):
+        super().__init__()
+        self.search = search
+        self.answer = dspy.Predict("passages, question -> answer")
+
+    def forward(self, question):
+        return self.answer(passages=self.search(query=question, k=1), question=question)
+
+
+def build(signature, tools):
+    return Lookup(tools["search"])
+"""
+
+
+def chat_call(user: str, completion: str, parsed: bool = True) -> LMCall:
+    messages = ({"role": "system", "content": "Your input fields are ..."}, {"role": "user", "content": user})
+    return LMCall(messages=messages, completion=completion, model="m", parsed=parsed)
+
+
+def rollout(task: str, score: float, *calls: LMCall) -> Rollout:
+    return Rollout(task, 0, 1, "h", None, {"question": task}, {"answer": "4"}, score, None, calls)
+
+
+USER = (
+    "[[ ## question ## ]]\nWhat is 2+2? #0\n\nRespond with the corresponding output fields, starting with "
+    "the field `[[ ## answer ## ]]`, and then ending with the marker for `[[ ## completed ## ]]`."
+)
+
+
+def test_demos_are_the_fields_of_accepted_calls_only():
+    good = chat_call(USER, "[[ ## answer ## ]]\n4\n\n[[ ## completed ## ]]")
+    assert call_fields(good) == {"question": "What is 2+2? #0", "answer": "4"}
+    as_json = chat_call(USER.replace("#0", "#1"), '{"answer": "4"}')
+    assert call_fields(as_json) == {"question": "What is 2+2? #1", "answer": "4"}
+    assert call_fields(chat_call(USER, "no markers here")) is None
+    rollouts = [
+        rollout("t0", 1.0, good),
+        rollout("t1", 1.0, as_json),
+        rollout("t2", 0.0, chat_call(USER.replace("#0", "#2"), "[[ ## answer ## ]]\n5")),  # rejected
+        rollout("t3", 1.0, chat_call(USER.replace("#0", "#3"), "[[ ## answer ## ]]\n4", parsed=False)),
+    ]
+    demos = demos_from(rollouts, random.Random(0), tasks=5)
+    assert [d["question"] for d in demos] == ["What is 2+2? #0", "What is 2+2? #1"]
+
+
+def test_mutation_proposes_few_shot_demos_from_the_parents_own_successes(tmp_path):
+    archive = archive_with(tmp_path / "archive", h0=GOOD)
+    proposer = MutationProposer(seed=0)
+    shots = next(
+        s
+        for seed in range(40)
+        for s in MutationProposer(seed=seed).propose(archive, 3)
+        if "few_shot" in s.name
+    )
+    assert proposer.label == "mutation" and "class WithDemos" in shots.code and "What is 2+2?" in shots.code
+    program = HarnessProgram(shots.vouched(), QA)
+    lm = ScriptedLM({"": {"answer": "4"}})
+    seen = run_rollout(program, tasks(8)[7], lm=lm, metric=exact, sample=0, rollout_id=1)
+    prompt = json.dumps(seen.lm_calls[0].messages)
+    assert seen.score == 1.0 and prompt.count("What is 2+2? #") == 1 + len(demo_questions(shots.code))
+    own = next(t for t in tasks(4) if t.question in demo_questions(shots.code))
+    mine = run_rollout(program, own, lm=lm, metric=exact, sample=0, rollout_id=1)
+    shown = json.dumps(mine.lm_calls[0].messages)
+    assert shown.count(own.question) == 1  # a task never sees its own demo
+    assert few_shot(shots.code, []) is None
+
+
+WORKED = "Two and two make four."
+
+
+def test_labeled_demos_show_a_reasoning_predictor_the_worked_solution_and_a_plain_one_the_answer(tmp_path):
+    archive = archive_with(tmp_path / "archive", h0=GOOD)
+    archive.record_labels({f"t{i}": {"answer": "4", "reasoning": WORKED} for i in range(4)})
+    shots = next(
+        s
+        for seed in range(40)
+        for s in MutationProposer(seed=seed).propose(archive, 3)
+        if s.name.endswith("-labeled_demos")
+    )
+    assert "class WithDemos" in shots.code and WORKED in shots.code and len(demo_questions(shots.code)) == 3
+    task = tasks(8)[7]
+    plain = run_rollout(
+        HarnessProgram(shots.vouched(), QA),
+        task,
+        lm=ScriptedLM({"": {"answer": "4"}}),
+        metric=exact,
+        sample=0,
+        rollout_id=1,
+    )
+    plain_prompt = json.dumps(plain.lm_calls[0].messages)
+    assert plain.score == 1.0 and plain_prompt.count("What is 2+2? #") == 4 and WORKED not in plain_prompt
+    reasoning = dataclasses.replace(
+        shots, code=shots.code.replace("dspy.Predict(", "dspy.ChainOfThought(")
+    ).vouched()
+    cot_lm = ScriptedLM({"": {"reasoning": "r", "answer": "4"}})
+    seen = run_rollout(HarnessProgram(reasoning, QA), task, lm=cot_lm, metric=exact, sample=0, rollout_id=1)
+    assert seen.score == 1.0 and json.dumps(seen.lm_calls[0].messages).count(WORKED) == 3
+    own = next(t for t in tasks(4) if t.question in demo_questions(shots.code))
+    mine = run_rollout(HarnessProgram(reasoning, QA), own, lm=cot_lm, metric=exact, sample=0, rollout_id=1)
+    assert json.dumps(mine.lm_calls[0].messages).count(WORKED) == 2  # never its own worked solution
+
+
+def demo_questions(code: str) -> set[str]:
+    namespace: dict = {}
+    exec(code.split("# Added by the mutation proposer (few_shot).")[1].split("\n\n\n")[0], namespace)
+    return {demo["question"] for demo in namespace["DEMOS"]}
+
+
+def test_the_harness_owns_its_sampling_up_to_the_sandbox_ceiling():
+    greedy = EDITS_BY_NAME["greedy_decoding"].apply(GOOD, random.Random(0))
+    longer = EDITS_BY_NAME["more_tokens"].apply(greedy, random.Random(0))
+    assert "TEMPERATURE = 0.0" in longer and "MAX_TOKENS = 512" in longer
+    huge = longer.replace("MAX_TOKENS = 512", "MAX_TOKENS = 100000")
+    lm = ScriptedLM({"": {"answer": "4"}})
+    program = HarnessProgram(HarnessSource("huge", huge), QA)
+    _, contained = SandboxedEvaluator(TEST_LIMITS).evaluate(
+        program, tasks(2), metric=exact, lm=lm.copy(temperature=1.0, max_tokens=64), k=1, namespace="s"
+    )
+    _, here = evaluate(
+        program.vouched(),
+        tasks(2),
+        metric=exact,
+        lm=lm.copy(temperature=1.0, max_tokens=64),
+        k=1,
+        namespace="s",
+    )
+    for rollout in contained:
+        assert rollout.lm_calls[0].sampling["temperature"] == 0.0
+        assert rollout.lm_calls[0].sampling["max_tokens"] == TEST_LIMITS.max_tokens  # capped by the parent
+    assert [r.lm_calls[0].sampling["max_tokens"] for r in here] == [100000, 100000]  # vouched code: its own
+    assert EDITS_BY_NAME["sampled_decoding"].apply(GOOD, random.Random(0)) is None  # nothing to undo
+
+
+def test_retrieval_blocks_search_twice_or_with_a_rewritten_query():
+    queries: list[str] = []
+
+    def search(query: str, k: int = 1) -> str:
+        """Search."""
+        queries.append(query)
+        return "[Bridge Page] text" if len(queries) == 1 else "[Answer Page] more"
+
+    second = EDITS_BY_NAME["second_hop"].apply(SEARCH, random.Random(0))
+    program = HarnessProgram(HarnessSource("hop", second).vouched(), QA, lambda ex: {"search": search})
+    done = run_rollout(
+        program, tasks(1)[0], lm=ScriptedLM({"": {"answer": "4"}}), metric=exact, sample=0, rollout_id=1
+    )
+    assert queries == ["What is 2+2? #0", "What is 2+2? #0 Bridge Page"]
+    assert "[Answer Page]" in done.lm_calls[0].messages[-1]["content"]
+    assert EDITS_BY_NAME["second_hop"].apply(second, random.Random(0)) is None  # once is enough
+
+    queries.clear()
+    rewrite = EDITS_BY_NAME["rewrite_query"].apply(SEARCH, random.Random(0))
+    program = HarnessProgram(HarnessSource("rewrite", rewrite).vouched(), QA, lambda ex: {"search": search})
+    lm = ScriptedLM({"## passages ##": {"answer": "4"}, "## question ##": {"keywords": "two plus two"}})
+    done = run_rollout(program, tasks(1)[0], lm=lm, metric=exact, sample=0, rollout_id=1)
+    assert queries == ["two plus two"] and done.turns == 2 and done.score == 1.0
+    assert EDITS_BY_NAME["rewrite_query"].apply(GOOD, random.Random(0)) is None  # no search tool
+
+
+def test_the_mechanism_proposer_applies_the_mechanism_a_small_lm_picks(tmp_path):
+    archive = archive_with(tmp_path / "archive", h0=TOY)
+    replies = [
+        '{"mechanism": "instructions", "sentence": "Reply with the number only."}',
+        '{"mechanism": "few_shot", "sentence": ""}',
+        '{"mechanism": "not_in_the_list", "sentence": ""}',
+    ]
+    proposer = MechanismProposer(ScriptedLM(replies), seed=0)
+    first, second = proposer.propose(archive, 3)
+    assert 'INSTRUCTIONS = "Answer the question. Reply with the number only."' in first.code
+    assert first.name == "c0000-instructions" and first.parent == "c0000"
+    assert "class WithDemos" in second.code and second.hypothesis == FEW_SHOT_HYPOTHESIS
+    usage = proposer.usage()
+    assert usage.calls == 3 and len(usage.failures) == 1 and usage.tokens > 0  # the third answer was refused
+
+
+def test_the_mechanism_proposer_never_offers_code_the_archive_holds(tmp_path):
+    with_cot = EDITS_BY_NAME["chain_of_thought"].apply(TOY, random.Random(0))
+    archive = archive_with(tmp_path / "archive", [[source(with_cot)]], h0=TOY)
+    assert archive.best(1)[0].name == "c0000"  # the reasoning variant fails to parse: h0 stays best
+    proposer = MechanismProposer(ScriptedLM(['{"mechanism": "chain_of_thought", "sentence": ""}']), parents=1)
+    assert proposer.propose(archive, 1) == []
+    assert "chain_of_thought" in proposer.usage().failures[0]  # not on the menu: refused, not re-proposed
+
+
+def test_few_shot_candidates_run_the_same_in_the_sandbox(tmp_path):
+    archive = archive_with(tmp_path / "archive", h0=GOOD)
+    shots = next(
+        s
+        for seed in range(40)
+        for s in MutationProposer(seed=seed).propose(archive, 3)
+        if "few_shot" in s.name
+    )
+    lm = ScriptedLM({"": {"answer": "4"}})
+    options = dict(metric=exact, lm=lm, k=1, namespace="shots")
+    _, contained = SandboxedEvaluator(TEST_LIMITS).evaluate(HarnessProgram(shots, QA), tasks(4), **options)
+    _, here = evaluate(HarnessProgram(shots.vouched(), QA), tasks(4), **options)
+
+    def prompts(rollouts):
+        return sorted(json.dumps(r.lm_calls[0].messages) for r in rollouts)
+
+    assert [r.error for r in contained] == [None] * 4 and prompts(contained) == prompts(here)
+
+
+def test_a_proposer_on_the_served_model_needs_the_server_and_gets_its_lm():
+    with pytest.raises(ConfigError, match="--server-url"):
+        proposer_lm("served", None)
+    assert proposer_lm("served", FakeBackend(ScriptedLM([]))).model == "base"
+
+
+def illegal_move_rollout(task: str) -> Rollout:
+    calls = (chat_call(USER, "[[ ## answer ## ]]\nKe9"),)
+    refusal = "Illegal or unreadable move 'Ke9'; the episode continues."
+    reply = ToolCall("play_move", {"move": "Ke9"}, result=refusal)
+    return Rollout(task, 0, 1, "h", None, {"question": task}, {"answer": ""}, 0.0, None, calls, (reply,))
+
+
+def test_the_traces_symptoms_and_the_edits_they_call_for():
+    truncated = LMCall((), "a b", "m", completion_tokens=8, sampling={"max_tokens": 8})
+    unparsed = rollout("t1", 0.0, chat_call(USER, "no markers", parsed=False))
+    cut = Rollout("t2", 0, 1, "h", None, {}, {"answer": "4"}, 0.0, None, (truncated,))
+    assert symptoms(illegal_move_rollout("t0")) == {"a tool rejected the answer", "the answer was empty"}
+    assert symptoms(unparsed) == {"the output did not parse"}
+    assert symptoms(cut) == {"a completion hit max_tokens"}
+    assert symptoms(rollout("t3", 1.0, chat_call(USER, "[[ ## answer ## ]]\n4"))) == set()
+    wrong = rollout("t4", 0.0, chat_call(USER, "[[ ## answer ## ]]\n5"))
+    assert symptoms(wrong) == {"the answer was wrong"}
+    sampled = dataclasses.replace(wrong.lm_calls[0], sampling={"temperature": 1.0})
+    assert symptoms(dataclasses.replace(wrong, lm_calls=(sampled,))) == {
+        "the answer was wrong",
+        "a wrong answer was sampled",
+    }
+    called = indicated_edits([illegal_move_rollout("t0"), illegal_move_rollout("t1"), cut, wrong])
+    assert called["answer_from_choices"] == "2 of 4 failing rollouts: a tool rejected the answer"
+    assert called["more_tokens"] == "1 of 4 failing rollouts: a completion hit max_tokens"
+    assert (
+        called["labeled_demos"]
+        == called["chain_of_thought"]
+        == "1 of 4 failing rollouts: the answer was wrong"
+    )
+
+
+def test_guided_mutation_draws_the_edits_the_traces_call_for(tmp_path):
+    archive = archive_with(tmp_path / "archive", h0=GOOD)
+    traces = archive.folder("c0000") / "traces.jsonl"
+    traces.write_text("".join(json.dumps(illegal_move_rollout(f"t{i}").to_dict()) + "\n" for i in range(4)))
+
+    def drawn(guided: bool) -> list[HarnessSource]:
+        return [MutationProposer(seed, guided=guided).propose(archive, 1)[0] for seed in range(100)]
+
+    # Three edits are called for (choices, retry, fallback): about 0.5 / 3 + 0.5 / 20 of the draws
+    # against 1 / 20 unguided.
+    guided = [s for s in drawn(True) if s.name.endswith("-answer_from_choices")]
+    unguided = [s for s in drawn(False) if s.name.endswith("-answer_from_choices")]
+    assert len(guided) >= 15 and len(unguided) <= 8
+    why = "called for by the traces: 4 of 4 failing rollouts: a tool rejected the answer"
+    assert why in guided[0].hypothesis
+    assert MutationProposer(guided=True).label == "guided" and MutationProposer().label == "mutation"
+
+
+def test_an_edit_whose_candidate_failed_to_build_is_not_drawn_again(tmp_path):
+    choices = EDITS_BY_NAME["answer_from_choices"]
+    refused = source(
+        BROKEN["raising_build"], hypothesis=f"{choices.hypothesis} (called for by the traces: x)"
+    )
+    archive = archive_with(tmp_path / "archive", [[refused]], h0=GOOD)
+    assert archive.get("c0001").stage == "build"
+    drawn = [s for seed in range(60) for s in MutationProposer(seed, guided=True).propose(archive, 3)]
+    assert len(drawn) == 180 and not [s for s in drawn if s.name.endswith("-answer_from_choices")]
+    fresh = archive_with(tmp_path / "fresh", h0=GOOD)  # without the failure the edit is drawn
+    again = [s for seed in range(60) for s in MutationProposer(seed).propose(fresh, 3)]
+    assert [s for s in again if s.name.endswith("-answer_from_choices")]
+
+
+def test_a_labeled_demo_reaches_a_retrieval_predictor_and_never_its_own_task():
+    from optimizers.harness.proposers.demos import labeled_demos
+
+    own = Rollout("t0", 0, 1, "h", None, {"question": " What is 2+2? #0 "}, {"answer": "4"}, 0.0, None)
+    other = Rollout("t1", 0, 1, "h", None, {"question": "What is 3+3?"}, {"answer": "6"}, 0.0, None)
+    demos = labeled_demos([own, other], {"t0": {"answer": "4"}, "t1": {"answer": "6"}}, random.Random(0))
+    assert demos[0]["question"] == " What is 2+2? #0 "  # the input as given: its own task is known
+    code = few_shot(SEARCH, demos)
+    program = HarnessProgram(
+        HarnessSource("shots", code).vouched(), QA, lambda ex: {"search": lambda query, k=1: "[P] p"}
+    )
+    lm = ScriptedLM({"": {"answer": "4"}})
+    task = dspy.Example(task_id="t0", question=" What is 2+2? #0 ", answer="4").with_inputs("question")
+    shown = json.dumps(
+        run_rollout(program, task, lm=lm, metric=exact, sample=0, rollout_id=1).lm_calls[0].messages
+    )
+    assert "What is 3+3?" in shown and shown.count("What is 2+2?") == 1  # the passages-less demo is shown
+    assert "not supplied" in shown  # DSPy marks the demo's missing passages
