@@ -18,8 +18,10 @@ The half-width is t(0.975, 2n - 2) x SE: few seeds give few degrees of freedom.
 
     python bench/power.py --reads bench/reads/decisive-squad-400 \
         --method whale=whale-fixed-s1,whale-now-s2 --method weight-only=weight-only-s1-f32,weight-only-s2 \
-        --within bench/runs/decisive-squad/report.json
+        --within bench/records/decisive-squad.tar.gz/report.json
     python bench/power.py --tiny      # CI: synthetic reads with known components, recovered
+
+--reads and --within may go on inside a record archive (bench/records/README.md).
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ from typing import NamedTuple
 
 import numpy as np
 from scipy import stats
+
+from whale_dspy.record_archives import RecordArchives
 
 Scores = np.ndarray
 """One method's reads: seeds x tasks, each cell a task's mean score in one read."""
@@ -201,13 +205,15 @@ def main(argv: Sequence[str] | None = None) -> Components:
     else:
         if args.reads is None or len(args.method) < 2:
             parser.error("give --reads and at least two --method NAME=READ,READ")
-        per_method = {}
-        for spec in args.method:
-            name, reads = spec.split("=", 1)
-            per_method[name] = load_reads(args.reads, reads.split(","))
+        with RecordArchives() as archives:
+            per_method = {}
+            for spec in args.method:
+                name, reads = spec.split("=", 1)
+                per_method[name] = load_reads(archives.local(args.reads), reads.split(","))
+            sampling = None if args.within is None else within_task_variance(archives.local(args.within))
         tasks = sorted(set.intersection(*(set(s) for seeds in per_method.values() for s in seeds)))
         methods = {name: matrix(seeds, tasks) for name, seeds in per_method.items()}
-        c = components(methods, None if args.within is None else within_task_variance(args.within))
+        c = components(methods, sampling)
         print(
             f"{len(tasks)} shared tasks; methods: "
             + ", ".join(f"{n} ({len(s)} seeds)" for n, s in methods.items())

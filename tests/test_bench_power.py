@@ -3,6 +3,8 @@ reads drawn with known ones, and the standard error it sizes with is the spread 
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from bench_helpers import load_bench
@@ -33,3 +35,22 @@ def test_the_standard_error_is_the_spread_of_simulated_comparisons():
     assert np.std(gaps, ddof=1) == pytest.approx(bench.standard_error(known, 4, 100), rel=0.12)
     fewer = bench.seeds_needed(known, 100, 0.1)
     assert bench.half_width(known, fewer, 100) <= 0.1 < bench.half_width(known, fewer - 1, 100)
+
+
+def test_reads_and_the_within_report_are_read_from_a_record_archive(tmp_path, capsys):
+    from whale_dspy.record_archives import pack
+
+    bench = load_bench("power")
+    rng = np.random.default_rng(2)
+    for read in ("a1", "a2", "b1", "b2"):
+        (tmp_path / "cmp" / "reads" / read).mkdir(parents=True)
+        per_task = {f"t{i}": [float(rng.random() < 0.5)] for i in range(30)}
+        (tmp_path / "cmp" / "reads" / read / "report.json").write_text(json.dumps({"per_task": per_task}))
+    final = {"per_task": {f"t{i}": [0.0, 1.0, float(i % 2)] for i in range(30)}}
+    (tmp_path / "cmp" / "report.json").write_text(json.dumps([{"final": final}]))
+    pack(tmp_path / "cmp", tmp_path / "cmp.tar.gz")
+    found = []
+    for base in (tmp_path / "cmp", tmp_path / "cmp.tar.gz"):
+        argv = ["--reads", str(base / "reads"), "--method", "a=a1,a2", "--method", "b=b1,b2"]
+        found.append(bench.main([*argv, "--within", str(base / "report.json")]))
+    assert found[1] == found[0] and found[0].sampling == pytest.approx(1 / 3)

@@ -9,6 +9,7 @@ with the same rollout ids, which is what makes the pairing tight. Seeds of one m
 read with the path separator (`whale-s1:whale-s2`): their scores are pooled task by task, so its pairs
 are gains averaged over the seeds, and each such pair gets a second interval, a hierarchical bootstrap
 over seeds then tasks, which holds the spread a further seed's training adds and decides its verdict.
+A read may lie in a record archive (`bench/records/NAME.tar.gz/READ`): it is read where it was packed.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 
 from whale_dspy.errors import ConfigError
 from whale_dspy.jsonl import atomic_write_text
+from whale_dspy.record_archives import ARCHIVE_PATHS, RecordArchives
 from whale_dspy.reporting.reads import READ_REPORT, Read, pooled_read, reads_table
 from whale_dspy.stats import CI_LEVEL
 
@@ -35,7 +37,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=Path,
         metavar="READ_DIR",
         help="`whale eval --out` folders, or a search's RUN_DIR/test/h0 and test/best; seeds of one "
-        f"method joined by {os.pathsep!r} are pooled task by task into one read",
+        f"method joined by {os.pathsep!r} are pooled task by task into one read; {ARCHIVE_PATHS}",
     )
     parser.add_argument(
         "--labels", default=None, help="comma-separated names for the reads (default: their folder names)"
@@ -59,10 +61,11 @@ def load_reads(arguments: list[Path], labels: str | None) -> list[Read]:
         raise ConfigError(f"--labels names {len(names)} reads, but {len(groups)} were given")
     if len(set(names)) < len(names):
         raise ConfigError(f"two reads are named alike ({', '.join(names)}): name them with --labels")
-    return [
-        pooled_read(name, [Read(folder.name, load_report(folder)) for folder in group])
-        for name, group in zip(names, groups, strict=True)
-    ]
+    with RecordArchives() as archives:
+        return [
+            pooled_read(name, [Read(folder.name, load_report(folder, archives)) for folder in group])
+            for name, group in zip(names, groups, strict=True)
+        ]
 
 
 def pool_members(argument: Path) -> list[Path]:
@@ -73,9 +76,9 @@ def pool_members(argument: Path) -> list[Path]:
     return [Path(part) for part in parts]
 
 
-def load_report(folder: Path) -> dict[str, Any]:
-    """A finished `whale eval` read's report."""
-    path = folder / READ_REPORT
+def load_report(folder: Path, archives: RecordArchives) -> dict[str, Any]:
+    """A finished `whale eval` read's report, from its folder or the record archive holding it."""
+    path = archives.local(folder) / READ_REPORT
     if not path.exists():
         raise ConfigError(
             f"{folder} holds no finished read ({READ_REPORT}); finish it with the same "
@@ -83,7 +86,7 @@ def load_report(folder: Path) -> dict[str, Any]:
         )
     report = json.loads(path.read_text())
     if "per_task" not in report:
-        raise ConfigError(f"{path} is not a `whale eval` read (it has no per-task scores)")
+        raise ConfigError(f"{folder / READ_REPORT} is not a `whale eval` read (it has no per-task scores)")
     return report
 
 

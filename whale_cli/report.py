@@ -6,6 +6,10 @@ writes them); every run's report is rebuilt from its config, checkpoint and
 events, so an interrupted run can be reported too. Naming several (one seed's
 runs, say) reports just those together; `--out` writes the table and plot
 elsewhere than the (first) DIR, e.g. beside committed records.
+
+A DIR may be, or go on inside, a record archive (`bench/records/NAME.tar.gz/METHOD/seed-1`): it is
+read as the folder it was packed from, and each run in it is named by that path; an archive is not
+written to, so its report goes to --out.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from rich.table import Table
 
 from whale_dspy.errors import ConfigError
 from whale_dspy.jsonl import atomic_write_json, atomic_write_text
+from whale_dspy.record_archives import ARCHIVE_PATHS, RecordArchives, split_archive
 from whale_dspy.reporting import markdown_table, paired_table, plot_curves, reach_table, summarize_methods
 from whale_dspy.reporting.tables import count_cell, seeds_cell
 
@@ -29,33 +34,45 @@ REPORT_JSON, TABLE_MD, CURVE_PNG = "report.json", "report.md", "curve.png"
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("report", help="redraw the table and plot of a run or a comparison")
     parser.add_argument(
-        "paths", type=Path, nargs="+", metavar="DIR", help="run folders or folders of runs, reported together"
+        "paths",
+        type=Path,
+        nargs="+",
+        metavar="DIR",
+        help=f"run folders or folders of runs, reported together; {ARCHIVE_PATHS}",
     )
     parser.add_argument(
-        "--out", type=Path, help="where report.json, report.md and curve.png go (default: DIR, when one)"
+        "--out",
+        type=Path,
+        help="where report.json, report.md and curve.png go (default: DIR, when one folder)",
     )
     parser.set_defaults(func=run)
 
 
-def run_dirs(path: Path) -> list[Path]:
-    """The run directories at or below `path` (a run is a folder with config.json and events)."""
+def run_dirs(path: Path, shown: Path | None = None) -> list[Path]:
+    """The run directories at or below `path` (a run is a folder with config.json and events);
+    `shown` is how the user named it (an archive path, when `path` is its extracted copy)."""
     if (path / "config.json").exists():
         return [path]
     runs = sorted(p.parent for p in path.rglob("config.json") if (p.parent / "events.jsonl").exists())
     if not runs:
-        raise ConfigError(f"{path} holds no run directory (no config.json with events.jsonl below it)")
+        raise ConfigError(
+            f"{shown or path} holds no run directory (no config.json with events.jsonl below it)"
+        )
     return runs
 
 
 def collect_reports(*paths: Path) -> list[dict[str, Any]]:
-    """Every run's report below `paths`, each run once, in the order given."""
-    from optimizers.engine.report import load_report
+    """Every run's report below `paths` (folders or record archives), each run once, in the order
+    given; a run is named as the user would reach it (through its archive, for one packed)."""
+    from optimizers import load_report
 
-    runs: dict[Path, Path] = {}
-    for path in paths:
-        for run_dir in run_dirs(path):
-            runs.setdefault(run_dir.resolve(), run_dir)
-    return [load_report(run_dir).to_dict() for run_dir in runs.values()]
+    with RecordArchives() as archives:
+        runs: dict[Path, Path] = {}
+        for path in paths:
+            local = archives.local(path)
+            for run_dir in run_dirs(local, path):
+                runs.setdefault(run_dir.resolve(), path / run_dir.relative_to(local))
+        return [{**load_report(run).to_dict(), "run_dir": str(shown)} for run, shown in runs.items()]
 
 
 def write_outputs(out_dir: Path, reports: Sequence[dict[str, Any]], *, title: str) -> tuple[Path, Path]:
@@ -122,6 +139,8 @@ def run(args: argparse.Namespace) -> int:
     console = Console()
     if len(args.paths) > 1 and args.out is None:
         raise ConfigError("several DIRs are reported together into --out, not into one of them: give --out")
+    if args.out is None and split_archive(args.paths[0]) is not None:
+        raise ConfigError(f"{args.paths[0]} is in a record archive, which is read, not written: give --out")
     reports = collect_reports(*args.paths)
     out = args.out or args.paths[0]
     out.mkdir(parents=True, exist_ok=True)

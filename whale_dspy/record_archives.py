@@ -1,0 +1,152 @@
+"""Run records kept as compressed archives, read as folders.
+
+A comparison's records hold model-written files (a search's harness `.py` files among them). Packed
+into one `.tar.gz` per comparison they stay data: no tool reads them as source, and nothing here
+imports or runs them. The readers (`whale report`, `whale paired`, bench/power.py) take a path that
+goes on inside an archive: `bench/records/decisive-squad.tar.gz/whale-fixed/seed-1` is the folder
+`whale-fixed/seed-1` of that archive, and the archive's own path is its top folder.
+
+An archive is extracted once per command into a temporary folder, removed afterwards. Before
+anything is written every member is checked: a plain file or folder, under a relative name with
+no `..`, within a bounded count and total size (a small archive may unpack to gigabytes); then
+tarfile's "data" filter extracts them (no links, no devices, no absolute paths, no modes beyond
+read and write). `pack` writes the archives these read, byte for byte the same for the same files.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import os
+import tarfile
+import tempfile
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from types import TracebackType
+
+from whale_dspy.errors import ConfigError
+
+ARCHIVE_SUFFIX = ".tar.gz"
+ARCHIVE_PATHS = "ARCHIVE.tar.gz[/FOLDER]: a record archive reads as a folder (bench/records/README.md)"
+"""How the readers' help names an archive path."""
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """The most an archive may unpack to; past either bound it is refused before extraction."""
+
+    members: int = 20_000
+    bytes: int = 512 * 2**20
+
+
+def split_archive(path: Path) -> tuple[Path, PurePosixPath] | None:
+    """(the archive, the path inside it) when a part of `path` is an archive file, else None."""
+    for end in range(1, len(path.parts) + 1):
+        head = Path(*path.parts[:end])
+        if head.name.endswith(ARCHIVE_SUFFIX) and head.is_file():
+            return head, PurePosixPath(*path.parts[end:])
+    return None
+
+
+def checked_members(tar: tarfile.TarFile, archive: Path, bounds: Bounds) -> list[tarfile.TarInfo]:
+    """Every member, once each is known to be a plain file or folder under the archive and the
+    running count and size are within `bounds`."""
+    members: list[tarfile.TarInfo] = []
+    total = 0
+    for member in tar:
+        name = PurePosixPath(member.name)
+        if name.is_absolute() or ".." in name.parts:
+            raise ConfigError(f"{archive}: member {member.name!r} points outside the archive")
+        if not (member.isfile() or member.isdir()):
+            raise ConfigError(f"{archive}: member {member.name!r} is a link or a device, not a plain file")
+        members.append(member)
+        total += member.size
+        if len(members) > bounds.members or total > bounds.bytes:
+            raise ConfigError(
+                f"{archive} holds more than {bounds.members} members or {bounds.bytes} bytes: "
+                "too large for a record archive"
+            )
+    return members
+
+
+def extract(archive: Path, folder: Path, bounds: Bounds = Bounds()) -> None:
+    """Unpack a checked record archive into `folder`."""
+    if not hasattr(tarfile, "data_filter"):
+        raise ConfigError("reading a record archive needs tarfile's data filter (Python 3.11.4 or later)")
+    try:
+        with tarfile.open(archive, "r:gz") as tar:
+            tar.extractall(folder, members=checked_members(tar, archive, bounds), filter="data")
+    except (tarfile.TarError, OSError, EOFError) as error:
+        raise ConfigError(f"{archive} is not a readable record archive: {error}") from error
+
+
+class RecordArchives:
+    """The archives one command reads, each extracted once; the copies go when it closes."""
+
+    def __init__(self, bounds: Bounds = Bounds()) -> None:
+        self._bounds = bounds
+        self._stack = ExitStack()
+        self._extracted: dict[Path, Path] = {}
+
+    def local(self, path: Path) -> Path:
+        """Where `path` can be read: itself outside any archive, else its place in the extracted copy."""
+        found = split_archive(path)
+        if found is None:
+            return path
+        archive, inner = found
+        if ".." in inner.parts:
+            raise ConfigError(f"{path}: a path inside an archive goes down only (no '..')")
+        key = archive.resolve()
+        if key not in self._extracted:
+            folder = Path(self._stack.enter_context(tempfile.TemporaryDirectory(prefix="whale-records-")))
+            extract(archive, folder, self._bounds)
+            self._extracted[key] = folder
+        local = self._extracted[key].joinpath(*inner.parts)
+        if not local.exists():
+            raise ConfigError(f"{archive} holds no {inner}")
+        return local
+
+    def close(self) -> None:
+        self._stack.close()
+        self._extracted.clear()
+
+    def __enter__(self) -> RecordArchives:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+def plain_files(folder: Path) -> list[tuple[str, Path]]:
+    """(name in the archive, path) for every file below `folder`, sorted by name; a link is refused."""
+    found = []
+    for root, dirs, files in os.walk(folder):
+        for name in [*dirs, *files]:
+            path = Path(root, name)
+            if path.is_symlink() or not (path.is_dir() or path.is_file()):
+                raise ConfigError(f"{path} is a link or a device: a record archive holds plain files")
+        found += [(Path(root, name).relative_to(folder).as_posix(), Path(root, name)) for name in files]
+    return sorted(found)
+
+
+def pack(folder: Path, out: Path) -> str:
+    """Pack `folder`'s files into the archive `out` (names relative to `folder`) and return its
+    sha256. Sorted members, no dates, owners or modes, gzip without a timestamp: the same files give
+    the same bytes (with the same zlib), so a record's checksum names its content."""
+    if not folder.is_dir():
+        raise ConfigError(f"{folder} is not a folder of records")
+    files = plain_files(folder)
+    with (
+        out.open("wb") as raw,
+        gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as zipped,
+        tarfile.open(fileobj=zipped, mode="w", format=tarfile.PAX_FORMAT) as tar,
+    ):
+        for name, path in files:
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = path.stat().st_size, 0o644
+            with path.open("rb") as data:
+                tar.addfile(info, data)
+    return hashlib.sha256(out.read_bytes()).hexdigest()
