@@ -39,6 +39,7 @@ from whale_cli.eval import add_harness_arguments, load_adapter_folder
 from whale_cli.read_folder import TRACES_FILE, write_read
 from whale_cli.wiring import DATA_SEED
 from whale_dspy.backends import RemoteServer
+from whale_dspy.defaults import DEFAULT_EVAL_K
 from whale_dspy.evaluation import InProcessEvaluator
 from whale_dspy.harness import HarnessProgram
 from whale_dspy.jsonl import atomic_write_json
@@ -96,7 +97,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="feedback tasks: every candidate's, shown to the proposer",
     )
     parser.add_argument("--test-tasks", dest="test_tasks", type=int, default=20, help="held-out test tasks")
-    parser.add_argument("--eval-k", dest="eval_k", type=int, default=4, help="samples per test task")
+    parser.add_argument(
+        "--eval-k", dest="eval_k", type=int, default=DEFAULT_EVAL_K, help="samples per test task"
+    )
     parser.add_argument("--prompt-only", dest="prompt_only", action="store_true", help="prompt edits only")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=SEARCH.threads)

@@ -3,12 +3,23 @@ say nothing agree: concurrent rollouts, samples per task, and how rollouts sampl
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
+
 DEFAULT_THREADS = 8
 """Concurrent rollouts of an evaluation or a phase (a GPU preset sizes its own)."""
 DEFAULT_EVAL_K = 8
 """Samples per task of an evaluation (WHALE samples 8)."""
 DEFAULT_TEMPERATURE = 1.0
 """Sampling temperature of rollouts and checkpoint evaluations: k samples of one task must differ
-(a served LM's own default, `backends.remote.DEFAULT_SAMPLING`, is greedy, for plain use)."""
+(a served LM used plainly is greedy: `SERVED_LM_SAMPLING`)."""
 DEFAULT_MAX_TOKENS = 256
 """Completion budget of each rollout LM call where no preset sets one (the presets do)."""
+SERVED_LM_SAMPLING: Mapping[str, float | int] = MappingProxyType({"temperature": 0.0, "max_tokens": 512})
+"""How a served model's DSPy LM samples when its caller says nothing (`backend.lm()` used plainly):
+greedy, so a question asked twice gets one answer. Runs never rely on it: they bind their own."""
+PROPOSER_TEMPERATURE = 1.0
+"""Sampling temperature of an LM proposer: the candidates of one iteration must differ."""
+PROPOSER_MAX_TOKENS = 256
+"""Completion budget of a proposer on the run's own served model (a mechanism choice and one
+sentence); an API model writing whole harnesses uses its own default."""

@@ -14,15 +14,13 @@ from typing import Any
 
 from optimizers.engine.config import RunSettings
 from optimizers.engine.presets import get_preset
-from whale_dspy.defaults import DEFAULT_THREADS
+from whale_dspy.defaults import DEFAULT_THREADS, PROPOSER_MAX_TOKENS
 from whale_dspy.errors import ConfigError
 from whale_dspy.protocols import InferenceBackend, WeightTrainer
 from whale_dspy.rundir import RunDir
 
 SERVED_MODEL = "served"
 """A proposer MODEL naming the run's own served model (offline: no API, no key)."""
-PROPOSER_MAX_TOKENS = 256
-"""Completion budget of a proposer on the served model (a mechanism choice and one sentence)."""
 
 
 def proposer_lm(model: str, backend: InferenceBackend | None) -> Any:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from whale_dspy.backends.adapter_probe import AdapterProbe, Scores, completion_scores, probe_request
+from whale_dspy.defaults import SERVED_LM_SAMPLING
 from whale_dspy.errors import BackendError
 from whale_dspy.records import AdapterRef
 
@@ -25,8 +26,6 @@ logger = logging.getLogger(__name__)
 
 PROVIDER = "whale-vllm"
 """The DSPy provider id of these servers: `lm().model` is `whale-vllm/<served name>`."""
-
-DEFAULT_SAMPLING: dict[str, Any] = {"temperature": 0.0, "max_tokens": 512}
 
 HEALTH_TIMEOUT_S = 10.0
 """How long /health may take to answer: a loaded CPU server can take seconds."""
@@ -70,7 +69,7 @@ class RemoteServer:
         self._url = url.rstrip("/").removesuffix("/v1")
         self.served_name = base_name
         self.base_model = base_model
-        self.sampling = {**DEFAULT_SAMPLING, **(sampling or {})}
+        self.sampling = {**SERVED_LM_SAMPLING, **(sampling or {})}
         self.request_timeout_s = request_timeout_s
         self._loaded: dict[str, AdapterRef | None] = dict.fromkeys(adapters)
         self._used_names: set[str] = set(self._loaded)

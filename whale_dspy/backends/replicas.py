@@ -23,8 +23,9 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from whale_dspy.backends.adapter_store import AdapterStore
-from whale_dspy.backends.remote import DEFAULT_SAMPLING, PROVIDER, RemoteServer, register_dspy_provider
+from whale_dspy.backends.remote import PROVIDER, RemoteServer, register_dspy_provider
 from whale_dspy.backends.replica_router import PROBE_TIMEOUT_S, Replica, Router
+from whale_dspy.defaults import SERVED_LM_SAMPLING
 from whale_dspy.errors import BackendError, ConfigError
 from whale_dspy.records import AdapterRef
 
@@ -63,7 +64,7 @@ class ReplicaSet:
             raise ConfigError("every replica must serve the base model under the same name")
         self.replicas = tuple(Replica(server) for server in servers)
         self.store = store
-        self.sampling = {**DEFAULT_SAMPLING, **(sampling or {})}
+        self.sampling = {**SERVED_LM_SAMPLING, **(sampling or {})}
         self.served_name = servers[0].served_name
         self.shared = any(server.shared for server in servers)
         self._adapters: dict[str, AdapterRef] = {}

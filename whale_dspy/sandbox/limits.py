@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from whale_dspy.defaults import DEFAULT_THREADS
 from whale_dspy.errors import ConfigError, HarnessError
 from whale_dspy.sandbox.allowlist import ALLOWED_IMPORTS
 
@@ -61,7 +62,7 @@ class SandboxLimits:
     memory_mb: int = 2048
     output_mb: int = 8
     open_files: int = 64
-    threads: int = 8
+    threads: int = DEFAULT_THREADS
     startup_seconds: float = 60.0
     allowed_imports: frozenset[str] = field(default=ALLOWED_IMPORTS)
     static_check: bool = True

@@ -17,6 +17,7 @@ import dspy
 from optimizers.harness.archive import HarnessArchive
 from optimizers.harness.proposers.context import archive_context, history_tokens, strip_code_fences, task_text
 from optimizers.harness.proposers.usage import UsageMeter
+from whale_dspy.defaults import PROPOSER_TEMPERATURE
 from whale_dspy.errors import ConfigError
 from whale_dspy.harness import HarnessSource
 from whale_dspy.records import ProposerUsage
@@ -47,7 +48,7 @@ class LMProposer:
         traces: int = 4,
         prompt_only: bool = False,
         seed: int = 0,
-        temperature: float = 1.0,
+        temperature: float = PROPOSER_TEMPERATURE,
     ):
         if retries < 0 or top < 1 or traces < 0:
             raise ConfigError("retries and traces must be >= 0 and top >= 1")

@@ -23,6 +23,7 @@ from optimizers.harness.archive import HarnessArchive
 from optimizers.harness.proposers.context import history_tokens, raw_trace, sample_traces, summary_line
 from optimizers.harness.proposers.edits import EDITS, Edit, module_constant, set_constant, trace_edits
 from optimizers.harness.proposers.usage import UsageMeter
+from whale_dspy.defaults import PROPOSER_TEMPERATURE
 from whale_dspy.harness import HarnessSource
 from whale_dspy.records import ProposerUsage, Rollout
 from whale_dspy.seeding import derive_seed
@@ -56,7 +57,7 @@ class MechanismProposer:
         seed: int = 0,
         parents: int = 3,
         traces: int = 3,
-        temperature: float = 1.0,
+        temperature: float = PROPOSER_TEMPERATURE,
         prompt_only: bool = False,
     ):
         self.lm, self.seed, self.parents, self.traces = lm, seed, parents, traces
