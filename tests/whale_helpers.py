@@ -106,6 +106,9 @@ class FakeWeightPhase:
     def rollouts_per_step(self, trainset: Sequence[dspy.Example]) -> int:
         return self.batch_size * self.k
 
+    def use_run_dir(self, run_dir: Any) -> None:
+        """Scripted steps write nothing."""
+
     def sampling(self) -> dict[str, Any]:
         """None of its own: its checkpoints keep the run's (or the backend's) sampling."""
         return {}

@@ -22,10 +22,12 @@ from optimizers.engine.schedules import Schedule
 from optimizers.signals import HarnessIteration, WeightStep, search_stalled
 from whale_dspy.harness import HarnessProgram
 from whale_dspy.records import AdapterRef
+from whale_dspy.rundir import RunDir
 
 
 class WeightPhase(Protocol):
     def sampling(self) -> dict[str, Any]: ...  # the LM settings its checkpoints are bound under
+    def use_run_dir(self, run_dir: RunDir) -> None: ...  # the run's folder, unless it has its own
     def epoch(self, trainset: Sequence[dspy.Example]) -> Any: ...  # has `.steps_per_epoch`
 
     def rollouts_per_step(self, trainset: Sequence[dspy.Example]) -> int: ...

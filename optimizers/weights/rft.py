@@ -99,7 +99,8 @@ class RejectionSamplingFinetune(Teleprompter):
         step's LoRA adapter (LoraTrainer; FakeTrainer in tests). `metric(example, prediction,
         trace=None) -> float`: a rollout is trained on when it scores above
         `config.accept_threshold`. `config`: sizes and sampling (default `RFTConfig()`).
-        `run_dir`: where adapters are written (default a temporary folder: give the run's).
+        `run_dir`: where adapters, traces and step events are written (default: the folder of the
+        WhaleOptimizer run it is part of; alone, a temporary folder).
         `base`: the base model path the trainer loads; default the backend's `base_model`.
         `evaluator`: runs the sampling; by default a ContainedEvaluator with `config.threads`, so a
         harness the search wrote samples in the sandbox and its rollouts are what gets trained on."""
@@ -116,6 +117,12 @@ class RejectionSamplingFinetune(Teleprompter):
         self._used_names: set[str] = set()
         self._trained: dict[str, AdapterRef] = {}  # what a later compile on its own result continues from
         self._scratch: Path | None = None
+
+    def use_run_dir(self, run_dir: RunDir) -> None:
+        """Write into the run's folder unless this phase was given its own: a phase built without one
+        for a WhaleOptimizer keeps its adapters with the run, not in a temporary folder."""
+        if self.run_dir is None:
+            self.run_dir = run_dir
 
     def epoch(self, trainset: Sequence[dspy.Example]) -> EpochBatches[dspy.Example]:
         """The batch schedule over `trainset`: `.steps_per_epoch`, `.tasks_per_epoch`, `.batch(step)`."""

@@ -18,14 +18,15 @@ from optimizers.engine.whale import WhaleOptimizer
 from whale_cli.main import build_parser
 from whale_cli.settings_file import settings_from_args
 from whale_cli.wiring import load_data, make_optimizer, student_of
-from whale_dspy.backends import RemoteServer
+from whale_dspy.backends import RemoteServer, WhaleProvider
 from whale_dspy.rundir import RunDir
 from whale_dspy.testing import FakeBackend, FakeTrainer
 
 
-def checkpoint_sampling(run_dir: Path) -> list[dict]:
-    """The sampling of every LM call of every checkpoint evaluation, in order."""
-    traces = sorted((run_dir / "evals").glob("*.jsonl"))
+def checkpoint_sampling(run_dir: Path, folder: str = "evals") -> list[dict]:
+    """The sampling of every LM call of every checkpoint evaluation (or of the rollouts traced in
+    another folder), in order."""
+    traces = sorted((run_dir / folder).glob("*.jsonl"))
     assert len(traces) >= 2, "a start and at least one later checkpoint"
     return [
         {key: call["sampling"].get(key) for key in ("temperature", "max_tokens")}
@@ -80,3 +81,17 @@ def test_whale_run_binds_its_start_and_evaluates_every_checkpoint_as_the_weight_
     assert optimizer.sampling == weight  # what every checkpoint is bound and evaluated under
     start = student_of(data, backend, settings).bound_lm.kwargs
     assert {key: start[key] for key in weight} == weight
+
+
+def test_the_short_form_evaluates_the_start_as_its_weight_checkpoints(tmp_path):
+    backend = FakeBackend(scripted())
+    provider = WhaleProvider(backend, FakeTrainer(), base="base-model", adapters_dir=tmp_path / "provider")
+    program = LookupQA(lookup, notes=1)
+    program.set_lm(provider.lm())
+    best = WhaleOptimizer(metric=exact, auto="light", run_dir=tmp_path / "run").compile(
+        program, trainset=questions(8), valset=questions(4), track=questions(2)
+    )
+    assert best.report.phases[0].phase == "weight"  # a later checkpoint on trained weights
+    seen = checkpoint_sampling(tmp_path / "run")
+    trained = checkpoint_sampling(tmp_path / "run", "traces/rft")  # what the weight phase sampled
+    assert {json.dumps(s, sort_keys=True) for s in seen} == {json.dumps(s, sort_keys=True) for s in trained}

@@ -47,14 +47,14 @@ def interrupt_after(units: int):
     return listener
 
 
-def compile_real(run_dir, *, on_event=None, budget=70):
+def compile_real(run_dir, *, on_event=None, budget=70, rft_folder=True):
     server = FakeBackend(ScriptedLM({"": {"answer": "4"}}))
     rft = RejectionSamplingFinetune(
         backend=server,
         trainer=FakeTrainer(losses=[0.5] * 50),  # the same loss whichever process trains
         metric=exact,
         config=RFTConfig(batch_size=2, k=2, threads=2, run_tag="t"),
-        run_dir=RunDir(run_dir),
+        run_dir=RunDir(run_dir) if rft_folder else None,
         base="base",
     )
     meta = MetaHarness(
@@ -129,3 +129,15 @@ def test_real_phases_resume_after_an_interruption(reference, tmp_path, after):
     assert program.report.spend.rollouts == reference_program.report.spend.rollouts
     assert program.source.digest == reference_program.source.digest
     assert program.adapter_name in server.loaded
+
+
+def test_a_weight_phase_built_without_a_folder_trains_into_the_runs(tmp_path, monkeypatch):
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))
+    monkeypatch.setattr("tempfile.tempdir", None)  # read TMPDIR again
+    program, _ = compile_real(tmp_path / "run", budget=20, rft_folder=False)
+    trained = sorted(p.name for p in (tmp_path / "run" / "adapters").iterdir())
+    assert program.adapter_name in trained
+    assert RunDir(tmp_path / "run").events("rft_step")  # its step records went with the run
+    assert not list(scratch.glob("whale-rft-*"))
