@@ -62,6 +62,15 @@ def test_an_archive_is_read_not_written(comparison, capsys):
         report.collect_reports(archive / "whale" / ".." / "whale")
 
 
+def test_a_refusal_names_the_run_by_its_archive_path(tmp_path, capsys):
+    (tmp_path / "cmp" / "run").mkdir(parents=True)
+    (tmp_path / "cmp" / "run" / "config.json").write_text("{}")  # a run of no WHALE method
+    (tmp_path / "cmp" / "run" / "events.jsonl").write_text("")
+    pack(tmp_path / "cmp", tmp_path / "cmp.tar.gz")
+    assert main(["report", str(tmp_path / "cmp.tar.gz"), "--out", str(tmp_path / "out")]) == 2
+    assert f"{tmp_path / 'cmp.tar.gz' / 'run'} is not a WHALE run directory" in capsys.readouterr().err
+
+
 def write_read(folder: Path, per_task: dict[str, list[float]]) -> None:
     folder.mkdir(parents=True)
     scores = [sum(s) / len(s) for s in per_task.values()]

@@ -64,15 +64,24 @@ def run_dirs(path: Path, shown: Path | None = None) -> list[Path]:
 def collect_reports(*paths: Path) -> list[dict[str, Any]]:
     """Every run's report below `paths` (folders or record archives), each run once, in the order
     given; a run is named as the user would reach it (through its archive, for one packed)."""
-    from optimizers import load_report
-
     with RecordArchives() as archives:
         runs: dict[Path, Path] = {}
         for path in paths:
             local = archives.local(path)
             for run_dir in run_dirs(local, path):
                 runs.setdefault(run_dir.resolve(), path / run_dir.relative_to(local))
-        return [{**load_report(run).to_dict(), "run_dir": str(shown)} for run, shown in runs.items()]
+        return [run_report(run, shown) for run, shown in runs.items()]
+
+
+def run_report(run: Path, shown: Path) -> dict[str, Any]:
+    """One run's report, named (in it and in any refusal) by the path the user gave."""
+    from optimizers import load_report
+
+    try:
+        report = load_report(run).to_dict()
+    except ConfigError as error:
+        raise ConfigError(str(error).replace(str(run), str(shown))) from error
+    return {**report, "run_dir": str(shown)}
 
 
 def write_outputs(out_dir: Path, reports: Sequence[dict[str, Any]], *, title: str) -> tuple[Path, Path]:
