@@ -15,10 +15,12 @@ lower bound). Goal: paired at most one failure in ten adoptions and a ratio of a
 as argmax-large for fewer rollouts a decision.
 
     python bench/selection.py --domain squad:score=f1 --model qwen2.5-coder-0.5b --seeds 0 1 2 \
-        --out bench/runs/selection-squad          # real: the embedded server (or --server-url)
+        --out runs/selection-squad                # real: the embedded server (or --server-url)
     python bench/selection.py --tiny --out DIR    # CI: scripted LM, synthetic harnesses, seconds
 
 A rerun with the same --out resumes: archives continue, held-out reads are cached per harness code.
+Records worth keeping are packed into bench/records with bench/pack_records.py (a kept one resumes
+once unpacked into a folder: `tar -xzf bench/records/selection-squad.tar.gz -C runs`).
 --tiny is a synthetic world on the shipped doubles: every candidate answers correctly on a fixed
 pseudo-random share of tasks (its true rate); most proposals are as good as their parent and one
 in four is 0.2 better, so luck on 8 tasks is the only thing argmax8 can mistake for a gain.
