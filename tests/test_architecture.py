@@ -1,4 +1,5 @@
-"""The dependency direction of DESIGN.md, checked by import-linter's contracts in pyproject.toml."""
+"""The dependency direction of DESIGN.md, checked by import-linter's contracts in pyproject.toml,
+and the core package free of import circles."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import grimp
+import networkx as nx
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -20,3 +23,24 @@ def test_import_contracts_are_kept():
         pytest.fail("lint-imports is missing: install the dev extra (import-linter)")
     result = subprocess.run([lint_imports], cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+
+
+def test_whale_dspy_has_no_import_circle():
+    """No module of whale_dspy reaches itself through imports, lazy and TYPE_CHECKING ones included.
+    (import-linter's `acyclic_siblings` judges sibling packages as wholes instead: it would refuse the
+    sandbox's session below the harness beside its evaluators above it, which is no circle.)"""
+    graph = grimp.build_graph("whale_dspy")
+    imports = nx.DiGraph()
+    for module in graph.modules:
+        imports.add_node(module)
+        imports.add_edges_from(
+            (module, imported) for imported in graph.find_modules_directly_imported_by(module)
+        )
+    circles = [sorted(modules) for modules in nx.strongly_connected_components(imports) if len(modules) > 1]
+    described = [
+        f"{importer} -> {imported} (line {detail['line_number']})"
+        for circle in circles
+        for importer, imported in imports.subgraph(circle).edges
+        for detail in graph.get_import_details(importer=importer, imported=imported)
+    ]
+    assert not circles, "import circles in whale_dspy:\n" + "\n".join(described)

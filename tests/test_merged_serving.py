@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from whale_dspy.backends.embedded import embedded_server
 from whale_dspy.backends.lora_merge import SafetensorsFolder, lora_deltas, replacement_weights
 from whale_dspy.backends.merged_server import MergedAdapterServer
-from whale_dspy.backends.vllm_server import VLLMServer, embedded_server
+from whale_dspy.backends.vllm_server import VLLMServer
 from whale_dspy.backends.vllm_worker import _layers_to_rebuild
 from whale_dspy.backends.weights_gate import WeightsGate
 from whale_dspy.errors import BackendError

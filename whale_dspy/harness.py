@@ -16,20 +16,20 @@ from __future__ import annotations
 
 import ast
 import contextlib
-import hashlib
 import logging
 import sys
 import types
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from dataclasses import replace
 from typing import Any
 
 import dspy
 
 from whale_dspy.errors import HarnessError
+from whale_dspy.harness_source import HarnessSource
 from whale_dspy.predictor_state import StandInTools, Template
 from whale_dspy.protocols import Tools
+from whale_dspy.sandbox.session import run_contained
 
 log = logging.getLogger(__name__)
 
@@ -40,44 +40,6 @@ SAVED_HARNESS = "whale_harness"
 """The key of a saved program's harness (code, adapter, model) beside DSPy's predictor states."""
 
 ToolsFactory = Callable[[dspy.Example], Tools]
-
-
-@dataclass(frozen=True)
-class HarnessSource:
-    """A harness's code plus where it came from (the archive keeps all of this)."""
-
-    name: str
-    code: str
-    parent: str | None = None
-    hypothesis: str = ""
-    vouched_digest: str | None = field(default=None, compare=False, repr=False)
-    """The digest of the code someone vouched for; see `trusted`. Set only through `vouched()`."""
-
-    @property
-    def digest(self) -> str:
-        return hashlib.sha256(self.code.encode()).hexdigest()[:12]
-
-    @property
-    def trusted(self) -> bool:
-        """Whether this exact code was vouched for and so may run in this process."""
-        return self.vouched_digest == self.digest
-
-    def vouched(self) -> HarnessSource:
-        """The named opt-in to run this code in process: for shipped code and code you wrote yourself,
-        never for what a proposer wrote (that runs in the sandbox)."""
-        return replace(self, vouched_digest=self.digest)
-
-    def unvouched(self) -> HarnessSource:
-        """The same code with no vouch: what the harness search does to every proposed candidate."""
-        return replace(self, vouched_digest=None)
-
-    @classmethod
-    def from_path(cls, path: str | Path) -> HarnessSource:
-        path = Path(path)
-        try:
-            return cls(name=path.stem, code=path.read_text())
-        except OSError as error:
-            raise HarnessError(f"cannot read harness file {path}: {error}") from error
 
 
 def check_syntax(source: HarnessSource) -> ast.Module:
@@ -173,8 +135,6 @@ class HarnessProgram(dspy.Module):
         example = dspy.Example(**inputs).with_inputs(*inputs)
         with dspy.context(lm=self.bound_lm) if self.bound_lm is not None else contextlib.nullcontext():
             if not self.source.trusted:
-                from whale_dspy.sandbox.evaluator import run_contained
-
                 return run_contained(self, example)
             return self._with_template(self._fresh(example), share=True)(**inputs)
 

@@ -15,7 +15,7 @@ from whale_dspy.records import AdapterRef, ProposerUsage, SFTExample, TrainResul
 if TYPE_CHECKING:
     import dspy
 
-    from whale_dspy.harness import HarnessSource
+    from whale_dspy.harness_source import HarnessSource
     from whale_dspy.sandbox.limits import SandboxLimits
 
 Tools = dict[str, Callable[..., Any]]

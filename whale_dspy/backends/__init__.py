@@ -16,7 +16,7 @@ _EXPORTS = {
     "ReplicaSet": "replicas",
     "VLLMServer": "vllm_server",
     "default_dtype": "vllm_server",
-    "embedded_server": "vllm_server",
+    "embedded_server": "embedded",
     "WhaleProvider": "dspy_provider",
 }
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from whale_dspy.dspy_lm_seam import RoutedLM
 
 if TYPE_CHECKING:
-    from whale_dspy.backends.replicas import Router
+    from whale_dspy.backends.replica_router import Router
 
 
 class ReplicaLM(RoutedLM):

@@ -293,14 +293,6 @@ def split_cores(count: int, cores: Sequence[int] | None = None) -> list[str]:
     return groups
 
 
-def folds_adapters(model: str) -> bool:
-    """Whether adapters can be merged into this model's weights here: an embedded model or a local
-    folder of safetensors (a hub id has no weights on disk to fold into)."""
-    from whale_dspy.models import EMBEDDED_MODELS
-
-    return model in EMBEDDED_MODELS or any(Path(model).expanduser().glob("*.safetensors"))
-
-
 def thinking_template_kwargs(thinking: bool | None) -> dict[str, Any]:
     """The chat-template kwargs of a thinking switch (Qwen3's `enable_thinking`, which other
     thinking templates read too); None: the template's own default."""
@@ -309,22 +301,3 @@ def thinking_template_kwargs(thinking: bool | None) -> dict[str, Any]:
 
 AdapterServing = Literal["auto", "runtime", "merged"]
 ADAPTER_SERVING: tuple[str, ...] = typing.get_args(AdapterServing)
-
-
-def embedded_server(
-    model: str = DEFAULT_MODEL, *, run_dir: Path, adapters: AdapterServing = "auto", **options: Any
-) -> VLLMServer:
-    """A run's own server, logging to run_dir/vllm.log (not started yet).
-
-    `adapters`: "runtime" serves LoRA adapters by name (several at once; the GPU default);
-    "merged" folds the one adapter in use into the weights (MergedAdapterServer: no per-token
-    LoRA cost, the default on the CPU build when vLLM runs this interpreter).
-    """
-    from whale_dspy.backends.merged_server import MergedAdapterServer
-
-    if adapters == "auto":
-        here = runs_this_interpreter(options.get("python", sys.executable), options.get("command"))
-        on_cpu = cpu_build() if options.get("cpu") is None else options["cpu"]
-        adapters = "merged" if on_cpu and here and folds_adapters(model) else "runtime"
-    server_class = MergedAdapterServer if adapters == "merged" else VLLMServer
-    return server_class(model, log_path=Path(run_dir) / "vllm.log", **options)

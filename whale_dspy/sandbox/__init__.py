@@ -19,7 +19,7 @@ _EXPORTS = {
     "CandidateProgram": "evaluator",
     "ContainedEvaluator": "evaluator",
     "SandboxedEvaluator": "evaluator",
-    "run_contained": "evaluator",
+    "run_contained": "session",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -6,8 +6,7 @@ program whose inner modules live in a contained child process; see `session`
 for the protocol and `confine` / `guard` for what contains the child.
 `ContainedEvaluator` is the default everywhere a harness runs: code nobody
 vouched for goes to the sandbox, vouched code (shipped, the user's own) runs
-in process. `run_contained` is one call of an unvouched program, for
-`HarnessProgram.forward`.
+in process.
 """
 
 from __future__ import annotations
@@ -126,10 +125,3 @@ class ContainedEvaluator:
         """`CandidateEvaluator.evaluate`, by the evaluator this program's code calls for."""
         chosen = self._in_process if program.source.trusted else self._sandboxed
         return chosen.evaluate(program, examples, **options)
-
-
-def run_contained(program: Any, example: dspy.Example, limits: SandboxLimits | None = None) -> Any:
-    """One call of `program` on `example`'s inputs in a fresh sandbox child, on the current LM."""
-    limits = (limits or SandboxLimits(threads=1)).sized_for(1)
-    with CandidateSession(program.source, program.signature, limits) as session:
-        return session.run(dict(example.inputs()), program.tools_factory(example), dspy.settings.lm)

@@ -6,7 +6,8 @@ own LM copy (its history is the trace) and tool calls run on its recorded
 tools. A reader thread routes the child's messages to the waiting rollouts.
 Any failure (a task past its wall clock, the child's death, a broken message)
 stops the child's whole process group; the rollouts in flight and all later
-ones then fail with that reason.
+ones then fail with that reason. `run_contained` is one call of an unvouched program in a
+session of its own: what `HarnessProgram.forward` does with code nobody vouched for.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import dspy
 
 from whale_dspy.dspy_lm_seam import replay_adapter_call
 from whale_dspy.errors import HarnessError
-from whale_dspy.harness import HarnessSource
+from whale_dspy.harness_source import HarnessSource
 from whale_dspy.jsonl import to_jsonable
 from whale_dspy.protocols import Tools
 from whale_dspy.sandbox.allowlist import check_imports
@@ -320,3 +321,10 @@ def replay_parse(message: dict[str, Any]) -> None:
             callback.on_adapter_parse_end(call_id=call_id, outputs=None if error else {}, exception=error)
         except Exception as failure:
             log.warning("callback %s failed on a replayed parse: %s", type(callback).__name__, failure)
+
+
+def run_contained(program: Any, example: dspy.Example, limits: SandboxLimits | None = None) -> Any:
+    """One call of `program` on `example`'s inputs in a fresh sandbox child, on the current LM."""
+    limits = (limits or SandboxLimits(threads=1)).sized_for(1)
+    with CandidateSession(program.source, program.signature, limits) as session:
+        return session.run(dict(example.inputs()), program.tools_factory(example), dspy.settings.lm)
