@@ -10,6 +10,7 @@ import argparse
 import contextlib
 import time
 import uuid
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -232,12 +233,24 @@ def _evaluate(
 
 
 @contextlib.contextmanager
-def _progress(total: int, completed: int):
+def _progress(total: int, completed: int, console: Console | None = None):
+    """A live bar of the read's rollouts; where the console cannot redraw (a log), one plain line at
+    each tenth of them instead, since every rollout is saved as it comes and a line each would flood."""
     from rich.progress import Progress
 
-    with Progress(transient=True) as progress:
+    console = console or Console()
+    with Progress(console=console, transient=True, disable=not console.is_interactive) as progress:
         task = progress.add_task("rollouts", total=total, completed=completed)
-        yield lambda: progress.advance(task)
+
+        def advance() -> None:
+            progress.advance(task)
+            state = progress.tasks[task]
+            done, left = int(state.completed), state.time_remaining
+            if not console.is_interactive and done * 10 // total > (done - 1) * 10 // total:
+                when = "?" if left is None else timedelta(seconds=int(left))
+                console.print(f"rollouts {done}/{total} ({done / total:.0%}), {when} left", highlight=False)
+
+        yield advance
 
 
 def _write_and_print(

@@ -16,6 +16,7 @@ import signal
 import sys
 from typing import NoReturn
 
+from whale_cli.logs import quiet_libraries
 from whale_dspy.backends.process import kill_all_now
 from whale_dspy.errors import WhaleError
 
@@ -46,7 +47,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="whale", description="WHALE: joint harness-weight optimization of DSPy agents."
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level")
+    parser.add_argument(
+        "-v", "--verbose", action="store_true",
+        help="log at DEBUG level, libraries (httpx, bm25s, matplotlib, ...) included; without it they "
+        "log only warnings",
+    )  # fmt: skip
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module_name in SUBCOMMANDS:
         importlib.import_module(module_name).register(subparsers)
@@ -109,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     if not args.verbose:
         logging.getLogger("dspy.clients.lm").addFilter(drop_truncation_warnings)
+        quiet_libraries()
     try:
         return int(args.func(args) or 0)
     except WhaleError as error:

@@ -13,6 +13,7 @@ import argparse
 import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import replace
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -88,9 +89,14 @@ def served(backend: InferenceBackend) -> Iterator[InferenceBackend]:
 
 class RunProgress:
     """Rich progress for one run: rollouts spent out of the budget and the time left at this pace,
-    the current phase and its steps, and each test score as it comes."""
+    the current phase and its steps, and each test score as it comes.
+
+    On a console that cannot redraw (a log file, a pipe, CI) the bar would print only at the end, so
+    there each checkpoint (a weight step, a harness iteration) and each phase change prints one plain
+    line with the bar's facts and the latest test score instead."""
 
     def __init__(self, console: Console, settings: RunSettings):
+        self.live = console.is_interactive  # rich's own test, the one its live display redraws by
         self.progress = Progress(
             TextColumn("{task.description}"),
             BarColumn(),
@@ -99,6 +105,7 @@ class RunProgress:
             TextColumn("left"),
             TimeRemainingColumn(),
             console=console,
+            disable=not self.live,
         )
         self.unit = {"rollouts": "rollouts", "calls": "lm_calls", "tokens": "completion_tokens"}[
             settings.budget_unit
@@ -107,26 +114,47 @@ class RunProgress:
             f"{settings.method} {settings.budget_unit}", total=settings.budget
         )
         self.phase = self.progress.add_task("phase", total=None)
+        self.score = "no test score yet"
 
     def __call__(self, event: dict[str, Any]) -> None:
         kind = event["kind"]
+        console = self.progress.console
         if kind in ("run_started", "run_resumed"):
             self.progress.update(self.rollouts, completed=event.get("spent", event["rollouts"]))
         elif kind == "phase_started":
             self.progress.reset(self.phase, description=f"{event['phase']} phase (cycle {event['cycle']})")
+            self.print_line()
         elif kind in ("weight_step", "harness_iteration"):
             self.progress.advance(self.rollouts, event["signal"].get(self.unit) or 0)
             self.progress.advance(self.phase)
             if event["signal"].get("decision"):
-                self.progress.console.print(f"harness decision: {decision_cell(event['signal']['decision'])}")
+                console.print(f"harness decision: {decision_cell(event['signal']['decision'])}")
+            self.print_line()
         elif kind == "evaluation":
             where = f"{event['harness']}, {event['adapter'] or 'base'}"
             truncated = event.get("truncated_calls", 0)  # absent from runs recorded before the count
             cut = f"; {truncated} of its LM calls hit max_tokens" if truncated else ""
-            self.progress.console.print(
+            self.score = f"test mean@{event['k']} {event['mean_at_k']:.3f} at {event['rollouts']} rollouts"
+            console.print(
                 f"test mean@{event['k']} at {event['rollouts']} rollouts: {event['mean_at_k']:.3f} "
                 f"[{event['ci_low']:.3f}, {event['ci_high']:.3f}] ({where}{cut})"
             )
+
+    def print_line(self) -> None:
+        """The bar as one line, where no bar is drawn: spent/budget, elapsed and left, the phase and
+        its steps so far, the latest test score."""
+        if self.live:
+            return
+        spent, phase = self.progress.tasks[self.rollouts], self.progress.tasks[self.phase]
+        left = spent.time_remaining
+        self.progress.console.print(
+            f"{spent.description} {spent.completed:.0f}/{spent.total:.0f}, "
+            f"{timedelta(seconds=int(spent.elapsed or 0))} elapsed, "
+            f"{'?' if left is None else timedelta(seconds=int(left))} left; "
+            f"{phase.description}, {phase.completed:.0f} done; {self.score}",
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 def execute(

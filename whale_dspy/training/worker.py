@@ -187,7 +187,9 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # Ours from INFO, the libraries (torch, transformers, peft) only from WARNING, as `whale` logs.
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("whale_dspy").setLevel(logging.INFO)
     spec = json.loads(Path(args[0]).read_text())
     metrics = run(spec)
     Path(spec["metrics"]).write_text(json.dumps(metrics, indent=2))
