@@ -90,8 +90,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def study_config(args: argparse.Namespace, settings: RunSettings) -> Any:
     """The StudyConfig from the flags; every check that needs no server happens here."""
     from optimizers.engine.schedules import parse_schedule
-    from optimizers.study.search_space import SearchSpace
     from optimizers.study import StudyConfig
+    from optimizers.study.search_space import SearchSpace
 
     space = SearchSpace()
     if args.space is not None:
