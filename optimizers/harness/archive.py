@@ -8,6 +8,8 @@ People and proposers read the same files, so the layout is plain:
     <archive>/c0007/diff.patch     unified diff against its parent
     <archive>/archive.jsonl        one summary line per candidate (appended, flushed)
     <archive>/iterations.jsonl     one line per finished iteration (resume replays it)
+    <archive>/proposals.jsonl      what the proposer answered each iteration, kept before any of it
+                                   is evaluated (a resumed iteration replays it, never re-asks)
     <archive>/frontier.json        Pareto frontier of accuracy against tokens per rollout
     <archive>/labels.json          the search tasks' gold fields, by task id (for proposers only)
     <archive>/task_card.md         the task card: signature, tools, metric (for proposers)
@@ -28,8 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from whale_dspy.harness import HarnessSource
-from whale_dspy.jsonl import append_jsonl, atomic_write_json, atomic_write_text, read_jsonl
-from whale_dspy.records import Rollout
+from whale_dspy.jsonl import append_jsonl, atomic_write_json, atomic_write_text, read_jsonl, repair_jsonl
+from whale_dspy.records import ProposerUsage, Rollout
 from whale_dspy.untrusted_files import read_untrusted_text
 
 log = logging.getLogger(__name__)
@@ -43,6 +45,7 @@ HARNESS_FILE, META_FILE, TRACES_FILE, SMOKE_FILE, DIFF_FILE = (
     "diff.patch",
 )
 SUMMARY_FILE, ITERATIONS_FILE, FRONTIER_FILE = "archive.jsonl", "iterations.jsonl", "frontier.json"
+PROPOSALS_FILE = "proposals.jsonl"
 LABELS_FILE, TASK_CARD_FILE = "labels.json", "task_card.md"
 STAGING_PREFIX = ".staging-"
 
@@ -111,6 +114,30 @@ class CandidateMeta:
                 "scores": CandidateScores(**data.get("scores", {})),
                 "cost": CandidateCost(**data.get("cost", {})),
             }
+        )
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """What the proposer answered in one iteration: its sources (possibly fewer than asked for),
+    what answering cost, and its error when it raised. Kept before any source is evaluated, so an
+    iteration resumed after a crash evaluates the same candidates and counts the same cost."""
+
+    sources: tuple[HarnessSource, ...]
+    usage: ProposerUsage
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        sources = [{k: getattr(s, k) for k in ("name", "code", "parent", "hypothesis")} for s in self.sources]
+        return {"sources": sources, "usage": asdict(self.usage), "error": self.error}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Proposal:
+        usage = data["usage"]
+        return cls(
+            sources=tuple(HarnessSource(**source) for source in data["sources"]),
+            usage=ProposerUsage(usage["calls"], usage["tokens"], tuple(usage["failures"])),
+            error=data["error"],
         )
 
 
@@ -212,6 +239,12 @@ class HarnessArchive:
     def iteration_records(self) -> list[dict[str, Any]]:
         return list(read_jsonl(self.path / ITERATIONS_FILE))
 
+    def proposal(self, iteration: int) -> Proposal | None:
+        """The proposer's recorded answer in `iteration`; None when it was not asked yet (or the
+        archive predates these records)."""
+        rows = [row for row in read_jsonl(self.path / PROPOSALS_FILE) if row["iteration"] == iteration]
+        return Proposal.from_dict(rows[0]) if rows else None
+
     # -- writing ---------------------------------------------------------------------------
 
     def next_name(self) -> str:
@@ -246,6 +279,10 @@ class HarnessArchive:
 
     def record_task(self, card: str) -> None:
         atomic_write_text(self.path / TASK_CARD_FILE, card)
+
+    def record_proposal(self, iteration: int, proposal: Proposal) -> None:
+        repair_jsonl(self.path / PROPOSALS_FILE)  # a torn line from a kill must not precede this one
+        append_jsonl(self.path / PROPOSALS_FILE, {"iteration": iteration, **proposal.to_dict()})
 
     def record_iteration(self, record: dict[str, Any]) -> None:
         append_jsonl(self.path / ITERATIONS_FILE, record)

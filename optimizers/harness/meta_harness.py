@@ -44,6 +44,7 @@ from optimizers.harness.archive import (
     CandidateMeta,
     CandidateScores,
     HarnessArchive,
+    Proposal,
 )
 from optimizers.harness.config import MetaHarnessConfig, MetaHarnessReport, stop_reason
 from optimizers.harness.decision import decide, decision_record, record_iteration, recorded_iterations
@@ -63,7 +64,7 @@ from whale_dspy.evaluation import EvalReport
 from whale_dspy.harness import HarnessProgram, HarnessSource, rename
 from whale_dspy.jsonl import read_jsonl, to_jsonable
 from whale_dspy.protocols import CandidateEvaluator, HarnessProposer
-from whale_dspy.records import Rollout, add_counts
+from whale_dspy.records import ProposerUsage, Rollout, add_counts
 from whale_dspy.rollouts import task_id_of
 from whale_dspy.sandbox import ALLOWED_IMPORTS, SandboxedEvaluator, SandboxLimits
 from whale_dspy.seeding import derive_seed
@@ -204,11 +205,9 @@ class MetaHarness(Teleprompter):
             yield signal, self._program(student, archive, incumbent)
         for iteration in itertools.count(len(records)):
             started = time.perf_counter()
-            before = self.proposer.usage()
-            sources, error = self._sources(archive, student.source, iteration)
+            sources, spent, error = self._sources(archive, student.source, iteration)
             for source in sources:
                 self._add_candidate(archive, source, iteration, student, lm, tasks)
-            spent = self.proposer.usage().since(before)
             measure = functools.partial(self._measure, archive, student, lm)
             decision, race_cost = decide(archive, iteration, incumbent, slices, self.config, measure)
             if decision is not None and decision.adopted is not None:
@@ -250,19 +249,32 @@ class MetaHarness(Teleprompter):
 
     def _sources(
         self, archive: HarnessArchive, root: HarnessSource, iteration: int
-    ) -> tuple[list[HarnessSource], str | None]:
-        """What this iteration evaluates; a proposer that raises yields an empty iteration."""
+    ) -> tuple[list[HarnessSource], ProposerUsage, str | None]:
+        """What this iteration still has to evaluate, what proposing it cost, and the proposer's
+        error. The proposer's answer is recorded before any of it is evaluated, so a resumed
+        iteration replays it (even one shorter than asked for) instead of asking again; a proposer
+        that raises yields an empty iteration."""
         done = sum(1 for meta in archive.candidates if meta.iteration == iteration)
         if iteration == 0:
-            return ([] if done else [root]), None
-        wanted = self.config.candidates - done
-        if wanted <= 0:
-            return [], None
+            return ([] if done else [root]), ProposerUsage(0, 0), None
+        proposal = archive.proposal(iteration)
+        if proposal is None:
+            wanted = self.config.candidates - done  # `done` > 0 only in an archive without proposals
+            if wanted <= 0:
+                return [], ProposerUsage(0, 0), None
+            proposal = self._propose(archive, wanted, iteration)
+            archive.record_proposal(iteration, proposal)
+        return list(proposal.sources[done:]), proposal.usage, proposal.error
+
+    def _propose(self, archive: HarnessArchive, wanted: int, iteration: int) -> Proposal:
+        """Ask the proposer for `wanted` sources; one that raises answers none, with its error."""
+        before = self.proposer.usage()
         try:
-            return list(self.proposer.propose(archive, wanted))[:wanted], None
-        except Exception as error:
+            sources, error = list(self.proposer.propose(archive, wanted))[:wanted], None
+        except Exception as failure:
             log.exception("iteration %d: the proposer failed; the iteration is empty", iteration)
-            return [], f"{type(error).__name__}: {error}"
+            sources, error = [], f"{type(failure).__name__}: {failure}"
+        return Proposal(tuple(sources), self.proposer.usage().since(before), error)
 
     # -- one candidate ----------------------------------------------------------------------
 

@@ -183,3 +183,35 @@ def test_resume_after_a_crash_mid_race_neither_repeats_nor_loses_a_decision(tmp_
     assert signal.rollouts == expected.rollouts and signal.lm_calls == expected.lm_calls
     records = (tmp_path / "cut" / "archive" / "iterations.jsonl").read_text().splitlines()
     assert [json.loads(r)["iteration"] for r in records] == [0, 1]
+
+
+class Counting(Scripted):
+    """A scripted proposer that counts what it was asked (its usage: one call an answer)."""
+
+    def __init__(self, *codes: str):
+        super().__init__(*codes)
+        self.asked = 0
+
+    def usage(self):
+        from whale_dspy.records import ProposerUsage
+
+        return ProposerUsage(self.asked, 10 * self.asked)
+
+    def propose(self, archive, k: int):
+        self.asked += 1
+        return super().propose(archive, k)
+
+
+def test_a_resumed_iteration_replays_a_short_proposal_and_never_re_asks(tmp_path):
+    """The proposer answered one candidate of the two asked for; a crash mid-race must not turn
+    the resumed iteration into a second question (and a race with another candidate)."""
+    (_, _), (expected, _) = run(meta(tmp_path / "whole", Counting(SOLVES_FIFTHS), candidates=2), 2)
+    assert expected.decision["candidates"] == ["c0001"] and expected.proposer_calls == 1
+
+    with pytest.raises(Crash):
+        run(meta(tmp_path / "cut", Counting(SOLVES_FIFTHS), RecordingEvaluator(crash_at=3), candidates=2), 2)
+    asked_again = Counting(SOLVES)  # would add a second, better candidate if it were asked
+    (_, _), (signal, _) = run(meta(tmp_path / "cut", asked_again, candidates=2), 2)
+    assert asked_again.asked == 0
+    assert signal.decision == expected.decision and signal.candidates == 1
+    assert (signal.proposer_calls, signal.proposer_tokens) == (1, 10)  # what answering cost, once
