@@ -1,6 +1,6 @@
 """MkDocs hook: bench/'s results and their figures are pages of the site, read from where they live.
 
-RESULTS.md (and HISTORY.md) stay in bench/ beside the benchmarks that write them; the site
+RESULTS.md (and HISTORY.md, and records/README.md) stay in bench/ beside the benchmarks that write them; the site
 serves them at bench/ with the figures they link (relative to bench/), so their links resolve
 under `mkdocs build --strict` without a copy in docs/.
 """
@@ -20,6 +20,7 @@ def on_files(files: Files, config: MkDocsConfig) -> Files:
     root = Path(config.config_file_path).parent
     bench = root / "bench"
     pages = sorted(bench.glob("*.md"))  # RESULTS.md and the HISTORY.md it links
+    pages.append(bench / "records" / "README.md")  # the run record archives and their checksums
     images = sorted(path for path in (bench / "figures").rglob("*") if path.suffix in IMAGES)
     for source in [*pages, *images]:
         uri = source.relative_to(root).as_posix()
