@@ -83,9 +83,8 @@ def decide(
 
 def decision_record(decision: Decision, cost: ChunkCost | None) -> dict[str, Any]:
     """The decision as signals and events carry it, with what its race spent."""
-    spent = (
-        None if cost is None else {k: getattr(cost, k) for k in ("rollouts", "lm_calls", "completion_tokens")}
-    )
+    keys = ("rollouts", "lm_calls", "completion_tokens", "interrupted")
+    spent = None if cost is None else {k: getattr(cost, k) for k in keys}
     return {**decision.to_dict(), "race": spent}
 
 

@@ -7,8 +7,10 @@ traces, scores and task list live in a folder beside the archive (`<archive>-sel
 no proposer is given, and every harness decision is made on it.
 
 A race's scores are cached per contender and chunk of tasks (traces and a small JSON with the
-scores and what they cost), so a run that crashed mid-race resumes it without running any rollout
-twice and reaches the same decision, charged once.
+scores and what they cost), so a run that crashed mid-race resumes it without running any finished
+chunk twice and reaches the same decision. A chunk a crash cut short is measured again whole; the
+rollouts its cut attempt had already spent stay on disk as that attempt's trace and are charged
+too, once: no rollout is free and none is counted twice.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ import dspy
 import numpy as np
 
 from whale_dspy.errors import ConfigError
-from whale_dspy.jsonl import atomic_write_json
+from whale_dspy.jsonl import atomic_write_json, read_jsonl
+from whale_dspy.records import Rollout
 from whale_dspy.rollouts import task_id_of
 
 SLICES_FILE, DECISIONS_FILE = "slices.json", "decisions.jsonl"
@@ -86,12 +89,21 @@ class ChunkCost:
     lm_calls: int = 0
     completion_tokens: int = 0
     chunks: list[str] = field(default_factory=list)
+    interrupted: int = 0
+    """The rollouts of chunk attempts a crash cut short (included in `rollouts`)."""
 
     def add(self, data: Mapping[str, Any], key: str) -> None:
         self.rollouts += data["rollouts"]
         self.lm_calls += data["lm_calls"]
         self.completion_tokens += data.get("completion_tokens", 0)
         self.chunks.append(key)
+
+    def add_interrupted(self, rollouts: Sequence[Rollout]) -> None:
+        spent = chunk_record({}, rollouts)
+        self.rollouts += spent["rollouts"]
+        self.lm_calls += spent["lm_calls"]
+        self.completion_tokens += spent["completion_tokens"]
+        self.interrupted += spent["rollouts"]
 
 
 Measure = Callable[[str, list[dspy.Example], Path], dict[str, Any]]
@@ -121,13 +133,22 @@ class CachedScorer:
         else:
             self.folder.mkdir(parents=True, exist_ok=True)
             trace = self.folder / f"{key}.jsonl"
-            trace.unlink(missing_ok=True)  # a chunk interrupted by a crash starts over
+            self._keep_cut_attempt(key, trace)  # a chunk interrupted by a crash starts over
             data = self.measure(name, [self.by_id[t] for t in task_ids], trace)
             atomic_write_json(path, data)
         self.cost.add(data, key)
+        for cut in sorted(self.folder.glob(f"{key}.cut-*.jsonl")):
+            self.cost.add_interrupted([Rollout.from_dict(row) for row in read_jsonl(cut)])
         if "error" in data:
             self.errors[name] = data["error"]
         return {task: float(score) for task, score in data["scores"].items()}
+
+    def _keep_cut_attempt(self, key: str, trace: Path) -> None:
+        """Move the trace of an attempt a crash cut short out of the way, under a name of its own:
+        its rollouts were spent and are charged with the chunk (a rename, so never twice)."""
+        if trace.exists():
+            attempt = len(list(self.folder.glob(f"{key}.cut-*.jsonl")))
+            trace.rename(self.folder / f"{key}.cut-{attempt}.jsonl")
 
 
 def chunk_record(per_task: Mapping[str, Sequence[float]], rollouts: Sequence[Any]) -> dict[str, Any]:

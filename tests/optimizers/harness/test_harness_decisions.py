@@ -215,3 +215,37 @@ def test_a_resumed_iteration_replays_a_short_proposal_and_never_re_asks(tmp_path
     assert asked_again.asked == 0
     assert signal.decision == expected.decision and signal.candidates == 1
     assert (signal.proposer_calls, signal.proposer_tokens) == (1, 10)  # what answering cost, once
+
+
+class CutAfterSpending(RecordingEvaluator):
+    """Crashes at the Nth selection chunk after its rollouts were spent, before its record is written."""
+
+    def __init__(self, cut_at: int):
+        super().__init__()
+        self.cut_at, self.cut_rollouts = cut_at, 0
+
+    def evaluate(self, program, examples, **kwargs):
+        result = super().evaluate(program, examples, **kwargs)
+        if "-selection" in str(kwargs["trace_path"]) and len(self.selection_calls) == self.cut_at + 1:
+            self.cut_rollouts = len(result[1])
+            raise Crash
+        return result
+
+
+def test_the_rollouts_of_a_race_chunk_a_crash_cut_short_are_charged_once(tmp_path):
+    """Cut twice in one race: each cut attempt's rollouts are charged with the chunk measured again,
+    however often the iteration is resumed."""
+    (_, _), (expected, _) = run(meta(tmp_path / "whole", Scripted(SOLVES_FIFTHS)), 2)
+    cuts = []
+    for cut_at, proposer in ((2, Scripted(SOLVES_FIFTHS)), (1, Scripted())):
+        evaluator = CutAfterSpending(cut_at)
+        with pytest.raises(Crash):
+            run(meta(tmp_path / "cut", proposer, evaluator), 2)
+        cuts.append(evaluator.cut_rollouts)
+    (_, _), (signal, _) = run(meta(tmp_path / "cut", Scripted()), 2)
+    assert cuts[0] > 0 and cuts[1] > 0
+    assert signal.decision["adopted"] == expected.decision["adopted"]
+    assert signal.decision["race"]["interrupted"] == sum(cuts)
+    assert signal.decision["race"]["rollouts"] == expected.decision["race"]["rollouts"] + sum(cuts)
+    assert signal.rollouts == expected.rollouts + sum(cuts)
+    assert signal.lm_calls == expected.lm_calls + sum(cuts)  # one LM call a toy rollout
