@@ -6,6 +6,11 @@ harness phase's cap is sampled as `harness_min + harness_max_extra`, so every
 sampled patience schedule satisfies harness_min <= harness_max by construction.
 `config_to_params` is the inverse (for enqueueing and FixedTrial), and the
 schedule's own `spec()` prints it as a ready `whale run --schedule` argument.
+
+The harness decision's acceptance `confidence` and its race's first-round size (`race_start`)
+are tuned only when the space is given a range for them (opt-in, e.g. from `--space`): the
+default space, and so a recorded study's, is the schedule alone, and such a study still resumes.
+A trial's values for them (`trial_to_decisions`) are MetaHarness settings of the trial's run.
 """
 
 from __future__ import annotations
@@ -86,6 +91,14 @@ class IntRange:
         return isinstance(value, int) and self.low <= value <= self.high
 
 
+DECISION_RANGES: dict[str, type[FloatRange] | type[IntRange]] = {
+    "confidence": FloatRange,
+    "race_start": IntRange,
+}
+"""Harness-decision settings a space may opt in to tune (MetaHarnessConfig's and `whale run`'s names)."""
+DECISION_KEYS = tuple(DECISION_RANGES)
+
+
 @dataclass(frozen=True)
 class SearchSpace:
     """Ranges for both schedule kinds; the defaults contain the paper's settings.
@@ -104,6 +117,10 @@ class SearchSpace:
     harness_min: IntRange = IntRange(1, 4)
     harness_patience: IntRange = IntRange(1, 4)
     harness_max_extra: IntRange = IntRange(0, 8)
+    confidence: FloatRange | None = None
+    """The paired rule's confidence; None (the default): not tuned, the run's own setting holds."""
+    race_start: IntRange | None = None
+    """The race's first-round tasks; None (the default): not tuned, the run's own setting holds."""
 
     def __post_init__(self) -> None:
         unknown = [kind for kind in self.kinds if kind not in KINDS]
@@ -117,9 +134,14 @@ class SearchSpace:
         Patience(**lows, harness_max=lows["harness_min"])  # the schedule's own bounds, checked once
         if self.harness_iterations.low < 1 or self.harness_max_extra.low < 0:
             raise ConfigError("search ranges harness_iterations must be >= 1 and harness_max_extra >= 0")
+        if self.confidence is not None and not 0.5 <= self.confidence.low <= self.confidence.high < 1:
+            raise ConfigError(f"search range confidence must lie in [0.5, 1), got {self.confidence}")
+        if self.race_start is not None and self.race_start.low < 1:
+            raise ConfigError(f"search range race_start must be >= 1, got {self.race_start}")
 
     def ranges(self) -> dict[str, FloatRange | IntRange]:
-        return {key: value for key, value in vars(self).items() if key != "kinds"}
+        """Every range the space samples (the decision settings only when opted in)."""
+        return {key: value for key, value in vars(self).items() if key != "kinds" and value is not None}
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form, stored in the study's user attrs so a reopened study can check it."""
@@ -132,8 +154,10 @@ class SearchSpace:
         unknown = sorted(set(data) - set(valid))
         if unknown:
             raise ConfigError(f"unknown search ranges {unknown}; valid names are {', '.join(valid)}")
+        types = {key: type(getattr(cls, key)) for key in valid if key not in DECISION_KEYS}
+        types.update(DECISION_RANGES)
         ranges = {
-            key: (FloatRange if isinstance(getattr(cls, key), FloatRange) else IntRange)(**value)
+            key: None if value is None else types[key](**value)
             for key, value in data.items()
             if key != "kinds"
         }
@@ -160,6 +184,12 @@ def trial_to_config(trial: SuggestingTrial, space: SearchSpace) -> Schedule:
         trial, "harness_max_extra"
     )
     return Patience(**values)
+
+
+def trial_to_decisions(trial: SuggestingTrial, space: SearchSpace) -> dict[str, Any]:
+    """The harness-decision settings the space opts in to tune, sampled (empty when it opts in to none)."""
+    ranges = {key: getattr(space, key) for key in DECISION_KEYS if getattr(space, key) is not None}
+    return {key: value.suggest(trial, key) for key, value in ranges.items()}
 
 
 def config_to_params(schedule: Schedule) -> dict[str, Any]:

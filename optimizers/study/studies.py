@@ -35,7 +35,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from optimizers.engine.schedules import Schedule
-from optimizers.study.search_space import SearchSpace, config_to_params, paper_configs, trial_to_config
+from optimizers.study.search_space import (
+    SearchSpace,
+    config_to_params,
+    paper_configs,
+    trial_to_config,
+    trial_to_decisions,
+)
 from optimizers.study.storage import (
     JournalHeartbeat,
     Lease,
@@ -111,6 +117,9 @@ class TrialContext:
     number: int
     schedule: Schedule
     name: str
+    decisions: dict[str, Any] = field(default_factory=dict)
+    """Harness-decision settings the trial's run must use (`confidence`, `race_start`): those the
+    search space opts in to tune; empty when it tunes the schedule alone."""
 
 
 class TrialReporter:
@@ -227,8 +236,11 @@ def make_objective(
 
     def objective(trial: optuna.Trial) -> float:
         schedule = trial_to_config(trial, config.space)
-        context = TrialContext(trial.number, schedule, f"trial-{trial.number:04d}")
+        decisions = trial_to_decisions(trial, config.space)
+        context = TrialContext(trial.number, schedule, f"trial-{trial.number:04d}", decisions)
         trial.set_user_attr("schedule", schedule.spec())
+        if decisions:
+            trial.set_user_attr("decisions", decisions)
         reporter = TrialReporter(
             trial, report_every=config.report_every, wilcoxon=config.pruner == "wilcoxon"
         )
@@ -297,5 +309,7 @@ def summarize(
     counts: dict[str, int] = {}
     for trial in study.get_trials(deepcopy=False):
         counts[trial.state.name] = counts.get(trial.state.name, 0) + 1
-    command = shlex.join(["whale", "run", *run_args, "--schedule", spec])
+    decided = best.user_attrs.get("decisions", {})
+    flags = [part for key, value in decided.items() for part in (f"--{key.replace('_', '-')}", str(value))]
+    command = shlex.join(["whale", "run", *run_args, "--schedule", spec, *flags])
     return StudySummary(best.number, float(best.value), spec, command, test, counts, dict(best.user_attrs))

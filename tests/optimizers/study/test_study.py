@@ -363,3 +363,42 @@ def test_two_workers_cannot_both_start_one_queued_trial_on_sqlite(tmp_path):
     for worker in workers:
         worker.join(timeout=60)
     assert started == {"first": True, "second": False}
+
+
+def test_the_default_space_tunes_the_schedule_alone_so_recorded_studies_still_resume(tmp_path):
+    """The decision settings are opt-in: the default space's record is what studies recorded before."""
+    recorded_before = {
+        "epochs", "harness_iterations", "weight_window", "weight_burn_in", "weight_patience", "weight_max",
+        "min_delta", "harness_min", "harness_patience", "harness_max_extra", "kinds",
+    }  # fmt: skip
+    assert set(SearchSpace().to_dict()) == recorded_before
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    run_study(config(trials=1, storage=storage, pruner="none"), scripted_run_trial())
+    assert open_study(config(storage=storage, pruner="none")).user_attrs["whale_study"]["budget"] == 1000
+    tuned = SearchSpace(confidence=FloatRange(0.8, 0.99, step=0.01))
+    with pytest.raises(ConfigError, match="confidence"):
+        open_study(config(storage=storage, pruner="none", space=tuned))
+
+
+def test_a_space_that_opts_in_tunes_the_acceptance_confidence_and_the_race_s_first_round(tmp_path):
+    space = SearchSpace.from_dict(
+        {"confidence": {"low": 0.8, "high": 0.99, "step": 0.01}, "race_start": {"low": 4, "high": 16}}
+    )
+    assert SearchSpace.from_dict(json.loads(json.dumps(space.to_dict()))) == space
+    seen: list[dict] = []
+    replay = scripted_run_trial()
+
+    def run_trial(context, reporter):
+        seen.append(context.decisions)
+        return replay(context, reporter)
+
+    study = run_study(config(trials=5, pruner="none", space=space), run_trial)
+    assert len(seen) == 5 and all(set(d) == {"confidence", "race_start"} for d in seen)
+    assert all(0.8 <= d["confidence"] <= 0.99 and 4 <= d["race_start"] <= 16 for d in seen)
+    assert len({(d["confidence"], d["race_start"]) for d in seen}) > 1  # sampled, not pinned
+    best = study.best_trial
+    argv = summarize(study, ["--domain", "math"]).command.split()
+    assert argv[argv.index("--confidence") + 1] == str(best.params["confidence"])
+    assert argv[argv.index("--race-start") + 1] == str(best.params["race_start"])
+    with pytest.raises(ConfigError, match="confidence"):
+        SearchSpace(confidence=FloatRange(0.4, 0.9))
