@@ -246,7 +246,8 @@ class WhaleOptimizer(Teleprompter):
 
     def _open(self, student: HarnessProgram, data: RunSets) -> Recorder:
         run = RunDir.open(self.run_dir, self._config(student, data))
-        self.weight_phase.use_run_dir(run)  # its adapters, traces and steps go with the run
+        if self.weight_phase is not None:  # harness-only methods have none
+            self.weight_phase.use_run_dir(run)  # its adapters, traces and steps go with the run
         repair_jsonl(run.events_path)  # a torn last line (kill -9) must not precede new events
         recorder = Recorder(run, load_state(run, initial_state(run, student.source)), self.on_event)
         recorder.record(
