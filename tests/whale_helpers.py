@@ -15,7 +15,7 @@ import json
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -158,9 +158,11 @@ class FakeHarnessPhase:
         crashes: Crashes | None = None,
         delay: float = 0.0,
         calls_per_rollout: int = HARNESS_CALLS_PER_ROLLOUT,
+        tokens_per_call: int | None = None,
     ):
+        """`tokens_per_call`: completion tokens each LM call reports (None: not counted)."""
         self.scores, self.m, self.k, self.crashes = scores, candidates, k, crashes or Crashes()
-        self.delay, self.calls_per_rollout = delay, calls_per_rollout
+        self.delay, self.calls_per_rollout, self.tokens_per_call = delay, calls_per_rollout, tokens_per_call
         self.calls: list[tuple[str, str]] = []
         self.done = 0  # global iteration counter for crash points (counts new work only)
 
@@ -199,6 +201,8 @@ class FakeHarnessPhase:
                 seconds=0.0,
                 lm_calls=self.calls_per_rollout * self.rollouts_per_iteration(searchset, iteration),
             )
+            if self.tokens_per_call is not None:
+                record = replace(record, completion_tokens=self.tokens_per_call * record.lm_calls)
             with log.open("a") as handle:
                 handle.write(json.dumps(record.to_dict()) + "\n")
             self.crashes.check("harness", self.done, "after")

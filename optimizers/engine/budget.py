@@ -14,6 +14,10 @@ tokens. A harness that votes over five samples pays five calls a rollout under
 with calls a rollout budget does not see. A unit's cost in calls or tokens is its
 rollouts times what a rollout has cost in this run so far (evaluations included),
 never less than one call or one token; spend beyond it is reported, not hidden.
+Before the run has measured any rollout, a rollout is taken to cost an upper
+bound instead: `calls_per_rollout` calls of `max_tokens` completion tokens each
+(the run's completion budget per call), so a first unit that may cost thousands
+of tokens is not let in as costing one.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from optimizers.signals import HarnessIteration, WeightStep
+from whale_dspy.defaults import SERVED_LM_SAMPLING
 from whale_dspy.errors import ConfigError
 from whale_dspy.records import add_counts
 
@@ -37,18 +42,33 @@ BUDGET_UNITS: dict[str, str] = {
 }
 
 
+FIRST_CALLS_PER_ROLLOUT = 8
+"""The LM calls a rollout is taken to make at most before a run has measured any: a vote of five
+and a four-turn agent fit; a harness that makes more is charged what it spent, and the excess is
+reported as overspend."""
+
+
 @dataclass(frozen=True)
 class Budget:
-    """The optimization budget: `amount` of `unit` (weight-phase and harness-phase rollouts alike)."""
+    """The optimization budget: `amount` of `unit` (weight-phase and harness-phase rollouts alike).
+
+    `max_tokens` and `calls_per_rollout` bound what a rollout may cost before any was measured."""
 
     amount: int
     unit: str = "rollouts"
+    max_tokens: int = int(SERVED_LM_SAMPLING["max_tokens"])
+    calls_per_rollout: int = FIRST_CALLS_PER_ROLLOUT
 
     def __post_init__(self) -> None:
         if self.unit not in BUDGET_UNITS:
             raise ConfigError(f"unknown budget unit {self.unit!r}; valid: {', '.join(BUDGET_UNITS)}")
         if not (type(self.amount) is int and self.amount >= 1):
             raise ConfigError(f"budget must be an int >= 1 {self.unit}, got {self.amount!r}")
+        if self.max_tokens < 1 or self.calls_per_rollout < 1:
+            raise ConfigError(
+                f"max_tokens and calls_per_rollout must be >= 1, got {self.max_tokens}, "
+                f"{self.calls_per_rollout}"
+            )
 
     def cap(self, share: float | None) -> int:
         """A stage's cap: `share` of the budget (stagewise), or all of it."""
@@ -62,8 +82,15 @@ class Budget:
         return value[self.unit]
 
     def cost(self, rollouts: int, spend: Spend) -> int:
-        """A unit of `rollouts` worst-case rollouts in the budget's unit, at this run's rate so far."""
-        return math.ceil(rollouts * max(1.0, spend.per_rollout(self.unit)))
+        """A unit of `rollouts` worst-case rollouts in the budget's unit: at this run's rate so far,
+        or, before any rollout was measured, at the upper bound of what one may cost."""
+        rate = spend.per_rollout(self.unit)
+        return math.ceil(rollouts * (self.first_rate() if rate is None else max(1.0, rate)))
+
+    def first_rate(self) -> int:
+        """What a rollout may cost at most in the budget's unit while nothing has been measured."""
+        calls = self.calls_per_rollout
+        return {"rollouts": 1, "calls": calls, "tokens": calls * self.max_tokens}[self.unit]
 
     @staticmethod
     def fits(spent: int, cost: int, cap: int) -> bool:
@@ -138,8 +165,9 @@ class Spend:
             eval_completion_tokens=add_counts(self.eval_completion_tokens, tokens),
         )
 
-    def per_rollout(self, unit: str) -> float:
-        """What a rollout of this run has cost in `unit` so far, evaluations included (0: unknown)."""
+    def per_rollout(self, unit: str) -> float | None:
+        """What a rollout of this run has cost in `unit` so far, evaluations included (None: nothing
+        measured yet)."""
         if unit == "rollouts":
             return 1.0
         counts = {
@@ -148,7 +176,7 @@ class Spend:
         }[unit]
         measured = [count for count in counts if count is not None]
         rollouts = self.rollouts + self.eval_rollouts
-        return sum(measured) / rollouts if rollouts and measured else 0.0
+        return sum(measured) / rollouts if rollouts and measured else None
 
     def add_wall(self, seconds: float) -> Spend:
         return replace(self, wall_seconds=self.wall_seconds + seconds)

@@ -155,7 +155,10 @@ class WhaleOptimizer(Teleprompter):
         budget_unit: str,
     ) -> None:
         self.method = get_method(method) if isinstance(method, str) else method
-        self.budget = Budget(budget, budget_unit)
+        # One sampling for every checkpoint: the weight phase's where the run names none.
+        self.sampling = {**(weight_phase.sampling() if weight_phase else {}), **(sampling or {})}
+        # Before anything is measured a rollout costs at most calls of the run's completion budget.
+        self.budget = Budget(budget, budget_unit, **_first_tokens(self.sampling))
         if not (type(eval_every) is int and eval_every >= 1) or not (type(eval_k) is int and eval_k >= 1):
             raise ConfigError(f"eval_every and eval_k must be ints >= 1, got {eval_every!r}, {eval_k!r}")
         phases = {WEIGHT: weight_phase, HARNESS: harness_phase}
@@ -169,8 +172,6 @@ class WhaleOptimizer(Teleprompter):
         self.evaluator = evaluator
         self.extra_config, self.on_event = dict(config or {}), on_event
         self.shared_evals = shared_evals  # base-weight evaluations other runs already measured
-        # One sampling for every checkpoint: the weight phase's where the run names none.
-        self.sampling = {**(weight_phase.sampling() if weight_phase else {}), **(sampling or {})}
 
     def compile(
         self,
@@ -420,3 +421,9 @@ class WhaleOptimizer(Teleprompter):
 
     def _next_eval(self, spent: int) -> int:
         return (spent // self.eval_every + 1) * self.eval_every
+
+
+def _first_tokens(sampling: dict[str, Any]) -> dict[str, int]:
+    """The completion budget per LM call the run binds its programs under, where it names one
+    (else the served LM's own default holds, as Budget's does)."""
+    return {"max_tokens": int(sampling["max_tokens"])} if sampling.get("max_tokens") else {}

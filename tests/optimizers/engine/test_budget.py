@@ -5,9 +5,9 @@ from __future__ import annotations
 import logging
 
 import pytest
-from whale_helpers import FakeHarnessPhase, FakeWeightPhase, backend, compile_run, optimizer
+from whale_helpers import FakeHarnessPhase, FakeWeightPhase, backend, compile_run, optimizer, student, tasks
 
-from optimizers.engine.budget import Budget, Spend
+from optimizers.engine.budget import FIRST_CALLS_PER_ROLLOUT, Budget, Spend
 from optimizers.engine.checkpoint import RunState
 from optimizers.signals import HarnessIteration, WeightStep
 from whale_dspy.errors import ConfigError
@@ -137,8 +137,28 @@ def test_a_budget_in_calls_or_tokens_costs_a_unit_at_the_run_s_rate():
     budget = Budget(100, "calls")
     spend = Spend(rollouts=10, rollout_calls=50, eval_rollouts=10, eval_calls=10)
     assert budget.spent(spend) == 50 and budget.cost(4, spend) == 12  # 3 calls a rollout so far
-    assert Budget(100, "calls").cost(4, Spend()) == 4  # nothing measured: at least a call a rollout
+    # nothing measured: a rollout's upper bound, FIRST_CALLS_PER_ROLLOUT calls of max_tokens each
+    assert Budget(100, "calls").cost(4, Spend()) == 4 * FIRST_CALLS_PER_ROLLOUT
+    assert Budget(100, "tokens", max_tokens=64).cost(4, Spend()) == 4 * FIRST_CALLS_PER_ROLLOUT * 64
+    assert Budget(100, "rollouts").cost(4, Spend()) == 4
     tokens = Spend(rollouts=2, completion_tokens=300)
     assert Budget(1000, "tokens").spent(tokens) == 300 and Budget(1000, "tokens").cost(2, tokens) == 300
     with pytest.raises(ConfigError, match="unknown budget unit"):
         Budget(10, "dollars")
+
+
+def test_the_first_unit_under_tokens_is_let_in_at_an_upper_bound_not_at_one_token(tmp_path):
+    """Nothing measured yet (no tracked tasks): the first search iteration may cost 6 rollouts x 2
+    calls x 100 tokens = 1,200 tokens. At a token a rollout it fitted a 1,000-token budget and spent
+    past it; at the bound (8 calls of 512 tokens a rollout) it does not start."""
+    for budget, started in ((1000, False), (30_000, True)):
+        server = backend()
+        harness = FakeHarnessPhase(tokens_per_call=100)
+        opt = optimizer(
+            tmp_path / str(budget), server, harness=harness, method="harness-only", budget=budget,
+            budget_unit="tokens", eval_every=10**6,
+        )  # fmt: skip
+        report = opt.compile(student(server), trainset=tasks("train", 10), valset=tasks("search", 3)).report
+        assert report.spend.completion_tokens <= budget
+        assert (report.spend.harness_iterations > 0) is started
+        assert report.phases[0].reason == "budget"
