@@ -4,8 +4,9 @@ The rule, the same for every method: a weight step or harness iteration starts
 only if its worst-case cost (the phase's own declared upper bound in rollouts,
 in the budget's unit) fits in what is left of the phase's cap (the whole budget,
 or a stage's share for `stagewise`). A phase whose next unit does not fit ends
-there; when a unit reports more rollouts than it declared, the overspend is
-logged and kept in the report, never hidden. Held-out test evaluations are
+there; when a unit spends more than it declared, the overspend is logged and kept
+in the report in the budget's unit (`overspent_in_unit`), with the rollouts
+figure beside it (`overspent`), never hidden. Held-out test evaluations are
 counted apart (`eval_rollouts`) and never charged to the optimization budget.
 
 The unit is one setting: rollouts (WHALE's), policy LM calls, or completion
@@ -13,11 +14,10 @@ tokens. A harness that votes over five samples pays five calls a rollout under
 `calls`, in search, training and evaluation alike, so a search cannot buy accuracy
 with calls a rollout budget does not see. A unit's cost in calls or tokens is its
 rollouts times what a rollout has cost in this run so far (evaluations included),
-never less than one call or one token; spend beyond it is reported, not hidden.
-Before the run has measured any rollout, a rollout is taken to cost an upper
-bound instead: `calls_per_rollout` calls of `max_tokens` completion tokens each
-(the run's completion budget per call), so a first unit that may cost thousands
-of tokens is not let in as costing one.
+never less than one call or one token. Before the run has measured any rollout,
+a rollout is taken to cost an upper bound instead: `calls_per_rollout` calls of
+`max_tokens` completion tokens each (the run's completion budget per call), so a
+first unit that may cost thousands of tokens is not let in as costing one.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ BUDGET_UNITS: dict[str, str] = {
 FIRST_CALLS_PER_ROLLOUT = 8
 """The LM calls a rollout is taken to make at most before a run has measured any: a vote of five
 and a four-turn agent fit; a harness that makes more is charged what it spent, and the excess is
-reported as overspend."""
+reported as overspend in the budget's unit."""
 
 
 @dataclass(frozen=True)
@@ -76,10 +76,10 @@ class Budget:
 
     def spent(self, spend: Spend) -> int:
         """What the budget has counted so far, in its unit."""
-        value = {"rollouts": spend.rollouts, "calls": spend.rollout_calls, "tokens": spend.completion_tokens}
-        if value[self.unit] is None:
+        value = in_unit(self.unit, spend.rollouts, spend.rollout_calls, spend.completion_tokens)
+        if value is None:
             raise ConfigError(f"this run's records do not count {self.unit}: resume it under rollouts")
-        return value[self.unit]
+        return value
 
     def cost(self, rollouts: int, spend: Spend) -> int:
         """A unit of `rollouts` worst-case rollouts in the budget's unit: at this run's rate so far,
@@ -98,6 +98,28 @@ class Budget:
         return spent + cost <= cap
 
 
+def in_unit(unit: str, rollouts: int, calls: int | None, tokens: int | None) -> int | None:
+    """A spend in `unit` (None: not counted)."""
+    return {"rollouts": rollouts, "calls": calls, "tokens": tokens}[unit]
+
+
+@dataclass(frozen=True)
+class Declared:
+    """What a unit declared it may cost in the budget's unit, before it started."""
+
+    unit: str
+    amount: int
+
+    @classmethod
+    def from_event(cls, event: dict[str, Any]) -> Declared | None:
+        """The declaration a unit's event records (None in events from before they recorded one)."""
+        cost = event.get("declared_cost")
+        return None if cost is None else cls(cost["unit"], cost["amount"])
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
 @dataclass(frozen=True)
 class Spend:
     """Everything a run has spent so far; `rollouts` is what the budget counts."""
@@ -108,6 +130,10 @@ class Spend:
     weight_steps: int = 0
     harness_iterations: int = 0
     overspent: int = 0
+    """Rollouts the units spent beyond the rollouts they declared."""
+    overspent_in_unit: int = 0
+    """What the units spent beyond their declared cost, in the budget's unit (the check that counts
+    under `calls` or `tokens`, where a unit may overspend on rollouts it declared exactly)."""
     eval_rollouts: int = 0
     evaluations: int = 0
     proposer_calls: int = 0
@@ -129,9 +155,11 @@ class Spend:
     eval_seconds: float = 0.0
     wall_seconds: float = 0.0
 
-    def add_weight(self, step: WeightStep, declared: int) -> Spend:
+    def add_weight(self, step: WeightStep, declared: int, cost: Declared | None = None) -> Spend:
+        """A weight step that declared `declared` rollouts, and `cost` in the budget's unit."""
+        spent = (step.rollouts, step.lm_calls, step.completion_tokens)
         return replace(
-            self._charge(step.rollouts, declared, f"weight step {step.step}"),
+            self._charge(spent, declared, cost, f"weight step {step.step}"),
             weight_rollouts=self.weight_rollouts + step.rollouts,
             weight_steps=self.weight_steps + 1,
             rollout_tokens=self.rollout_tokens + step.tokens,
@@ -140,9 +168,11 @@ class Spend:
             weight_seconds=self.weight_seconds + step.seconds,
         )
 
-    def add_harness(self, iteration: HarnessIteration, declared: int) -> Spend:
+    def add_harness(self, iteration: HarnessIteration, declared: int, cost: Declared | None = None) -> Spend:
+        """A harness iteration that declared `declared` rollouts, and `cost` in the budget's unit."""
+        spent = (iteration.rollouts, iteration.lm_calls, iteration.completion_tokens)
         return replace(
-            self._charge(iteration.rollouts, declared, f"harness iteration {iteration.iteration}"),
+            self._charge(spent, declared, cost, f"harness iteration {iteration.iteration}"),
             harness_rollouts=self.harness_rollouts + iteration.rollouts,
             harness_iterations=self.harness_iterations + 1,
             rollout_calls=add_counts(self.rollout_calls, iteration.lm_calls),
@@ -181,11 +211,33 @@ class Spend:
     def add_wall(self, seconds: float) -> Spend:
         return replace(self, wall_seconds=self.wall_seconds + seconds)
 
-    def _charge(self, rollouts: int, declared: int, what: str) -> Spend:
+    def _charge(
+        self, spent: tuple[int, int | None, int | None], declared: int, cost: Declared | None, what: str
+    ) -> Spend:
+        """Count a unit's rollouts, and what it spent beyond its declaration: in rollouts, and in
+        the budget's unit (a record from before units declared theirs counts rollouts only)."""
+        rollouts = spent[0]
         over = max(0, rollouts - declared)
         if over:
             log.warning("%s spent %d rollouts, %d more than it declared", what, rollouts, over)
-        return replace(self, rollouts=self.rollouts + rollouts, overspent=self.overspent + over)
+        cost = cost or Declared("rollouts", declared)
+        used = in_unit(cost.unit, *spent)
+        over_unit = 0 if used is None else max(0, used - cost.amount)
+        if over_unit and cost.unit != "rollouts":
+            log.warning(
+                "%s spent %d %s, %d more than the %d it declared",
+                what,
+                used,
+                cost.unit,
+                over_unit,
+                cost.amount,
+            )
+        return replace(
+            self,
+            rollouts=self.rollouts + rollouts,
+            overspent=self.overspent + over,
+            overspent_in_unit=self.overspent_in_unit + over_unit,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

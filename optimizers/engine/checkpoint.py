@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from optimizers.engine.budget import Spend
+from optimizers.engine.budget import Declared, Spend
 from optimizers.signals import HarnessIteration, WeightStep
 from whale_dspy.errors import ConfigError
 from whale_dspy.harness import HarnessSource
@@ -123,14 +123,14 @@ def _apply_unit(state: RunState, event: dict[str, Any]) -> RunState:
         adapter = signal["adapter"] or state.adapter
         return replace(
             state,
-            spend=state.spend.add_weight(step, event["declared"]),
+            spend=state.spend.add_weight(step, event["declared"], Declared.from_event(event)),
             adapter=adapter,
             phase_units=(*state.phase_units, signal),
         )
     iteration = HarnessIteration.from_dict(signal)
     return replace(
         state,
-        spend=state.spend.add_harness(iteration, event["declared"]),
+        spend=state.spend.add_harness(iteration, event["declared"], Declared.from_event(event)),
         harness=event["harness"],
         phase_units=(*state.phase_units, signal),
     )

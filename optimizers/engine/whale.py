@@ -20,7 +20,7 @@ import dspy
 from dspy.teleprompt import Teleprompter
 
 from optimizers.engine.auto import AutoRequest
-from optimizers.engine.budget import Budget
+from optimizers.engine.budget import Budget, Declared
 from optimizers.engine.checkpoint import (
     EVALUATION,
     PHASE_ENDED,
@@ -319,14 +319,20 @@ class WhaleOptimizer(Teleprompter):
                 if driver.index(signal) < driver.counted(recorder.state):
                     continue  # replayed from the phase's own record on resume: already counted
                 fields = {"harness": store_harness(recorder.run, program.source)} if kind == HARNESS else {}
-                recorder.record(
-                    driver.event, signal=signal.to_dict(), declared=driver.cost(recorder.state), **fields
-                )
+                declared = self._declared(driver, recorder.state)
+                recorder.record(driver.event, signal=signal.to_dict(), **declared, **fields)
                 self._evaluate(recorder, program, data)
             return program, reason
         finally:
             if stream is not None:
                 stream.close()
+
+    def _declared(self, driver: PhaseDriver, state: RunState) -> dict[str, Any]:
+        """What the budget let a unit in at: its worst-case rollouts and their cost in the budget's
+        unit, so its overspend is counted in both."""
+        rollouts = driver.cost(state)
+        cost = Declared(self.budget.unit, self.budget.cost(rollouts, state.spend))
+        return {"declared": rollouts, "declared_cost": cost.to_dict()}
 
     def _stop_reason(self, state: RunState, driver: PhaseDriver, kind: str) -> str | None:
         if driver.stalled(state):

@@ -7,10 +7,11 @@ import logging
 import pytest
 from whale_helpers import FakeHarnessPhase, FakeWeightPhase, backend, compile_run, optimizer, student, tasks
 
-from optimizers.engine.budget import FIRST_CALLS_PER_ROLLOUT, Budget, Spend
-from optimizers.engine.checkpoint import RunState
+from optimizers.engine.budget import FIRST_CALLS_PER_ROLLOUT, Budget, Declared, Spend
+from optimizers.engine.checkpoint import RunState, engine_events
 from optimizers.signals import HarnessIteration, WeightStep
 from whale_dspy.errors import ConfigError
+from whale_dspy.rundir import RunDir
 
 
 def weight_step(rollouts: int, tokens: int = 7, lm_calls: int | None = None) -> WeightStep:
@@ -162,3 +163,27 @@ def test_the_first_unit_under_tokens_is_let_in_at_an_upper_bound_not_at_one_toke
         assert report.spend.completion_tokens <= budget
         assert (report.spend.harness_iterations > 0) is started
         assert report.phases[0].reason == "budget"
+
+
+def test_overspend_is_counted_in_the_budget_s_unit_beside_the_rollouts():
+    with_calls = Spend().add_weight(weight_step(8, lm_calls=40), declared=8, cost=Declared("calls", 16))
+    assert (with_calls.overspent, with_calls.overspent_in_unit) == (0, 24)
+    plain = Spend().add_weight(weight_step(10), declared=8)  # an event from before units declared a cost
+    assert (plain.overspent, plain.overspent_in_unit) == (2, 2)
+
+
+def test_a_run_whose_rollouts_grow_dearer_reports_its_overspend_in_calls(tmp_path, caplog):
+    """Weight steps and the start cost one call a rollout; the search's candidates vote over five.
+    Each search iteration declares exactly the rollouts it spends, but five times the calls."""
+    server = backend()
+    opt = optimizer(
+        tmp_path / "run", server, weight=FakeWeightPhase(server),
+        harness=FakeHarnessPhase(calls_per_rollout=5), budget=400, budget_unit="calls", eval_every=10**6,
+    )  # fmt: skip
+    with caplog.at_level(logging.WARNING):
+        report = compile_run(opt, server).report
+    units = [e for e in engine_events(RunDir(tmp_path / "run")) if "declared_cost" in e]
+    over = sum(max(0, e["signal"]["lm_calls"] - e["declared_cost"]["amount"]) for e in units)
+    assert {e["declared_cost"]["unit"] for e in units} == {"calls"}
+    assert report.spend.overspent == 0 and report.spend.overspent_in_unit == over > 0
+    assert "calls," in caplog.text and "more than the" in caplog.text
