@@ -206,8 +206,8 @@ def _evaluate(
     done: list[Rollout],
     kept: int,
 ) -> None:
-    from whale_cli.run import served
-    from whale_cli.wiring import backend_for_model
+
+    from whale_cli.wiring import backend_for_model, served
     from whale_dspy.sandbox import ContainedEvaluator
 
     with served(backend_for_model(args.model, out, args.server_url, **own)) as backend:

@@ -159,3 +159,15 @@ def run(args: argparse.Namespace) -> int:
     print_summary(console, reports)
     console.print(f"wrote {table} and {plot}")
     return 0
+
+
+def decision_cell(decision: dict[str, Any] | None) -> str:
+    """An iteration's decision in a few words: what was adopted with its paired gain, or why not."""
+    if decision is None:
+        return ""
+    gain = decision.get("gain")
+    if decision["adopted"] is None:
+        return f"kept: {decision['reason']}"
+    if gain is None or gain["low"] is None:
+        return f"adopted ({decision['reason']})"
+    return f"adopted {gain['gain']:+.3f} [{gain['low']:+.3f}, ...] on {gain['tasks']} tasks"

@@ -10,8 +10,7 @@ best/final mean@k table and where the plot went.
 from __future__ import annotations
 
 import argparse
-import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
@@ -29,10 +28,9 @@ from rich.progress import (
 
 from optimizers.engine.config import RunSettings
 from whale_cli.arguments import add_run_arguments, add_seed_argument
-from whale_cli.report import print_phases, print_summary, write_outputs
-from whale_cli.search import decision_cell
+from whale_cli.report import decision_cell, print_phases, print_summary, write_outputs
 from whale_cli.settings_file import given_settings
-from whale_cli.wiring import RunData, load_data, make_backend, make_optimizer, student_of
+from whale_cli.wiring import RunData, load_data, make_backend, make_optimizer, served, student_of
 from whale_dspy.errors import ConfigError
 from whale_dspy.protocols import InferenceBackend
 from whale_dspy.rundir import RunDir, config_differences
@@ -76,15 +74,6 @@ def check_same_settings(settings: RunSettings, run_dir: Path) -> None:
     if recorded is not None and recorded != asked:
         differences = "; ".join(config_differences(recorded, asked))
         raise ConfigError(f"run {run_dir} was started with other settings: {differences}")
-
-
-@contextlib.contextmanager
-def served(backend: InferenceBackend) -> Iterator[InferenceBackend]:
-    backend.start()
-    try:
-        yield backend
-    finally:
-        backend.stop()
 
 
 class RunProgress:

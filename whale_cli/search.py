@@ -37,6 +37,7 @@ from whale_cli.arguments import (
 )
 from whale_cli.eval import add_harness_arguments, load_adapter_folder
 from whale_cli.read_folder import TRACES_FILE, write_read
+from whale_cli.report import decision_cell
 from whale_cli.wiring import DATA_SEED
 from whale_dspy.backends import RemoteServer
 from whale_dspy.defaults import DEFAULT_EVAL_K
@@ -206,18 +207,6 @@ def iteration_table(report: Any) -> Table:
     return table
 
 
-def decision_cell(decision: dict[str, Any] | None) -> str:
-    """An iteration's decision in a few words: what was adopted with its paired gain, or why not."""
-    if decision is None:
-        return ""
-    gain = decision.get("gain")
-    if decision["adopted"] is None:
-        return f"kept: {decision['reason']}"
-    if gain is None or gain["low"] is None:
-        return f"adopted ({decision['reason']})"
-    return f"adopted {gain['gain']:+.3f} [{gain['low']:+.3f}, ...] on {gain['tasks']} tasks"
-
-
 def test_table(results: dict[str, Any], k: int) -> Table:
     table = Table(title=f"held-out test: mean@{k} (95% bootstrap CI over tasks)")
     for column in ("harness", "mean@k", "CI", "pass@k", "parse rate", "turns", "tokens"):
@@ -245,8 +234,8 @@ def gain_line(gain: PairedGain) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from whale_cli.run import served
-    from whale_cli.wiring import backend_for_model, thinking_server_options
+
+    from whale_cli.wiring import backend_for_model, served, thinking_server_options
     from whale_dspy.rundir import sole_writer
 
     setup = prepare(args)

@@ -6,8 +6,9 @@ backends, optimizers); it builds everything from one `RunSettings` (optimizers.e
 
 from __future__ import annotations
 
+import contextlib
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -169,10 +170,10 @@ def make_optimizer(
     on_event: Callable[[dict[str, Any]], None] | None = None,
     shared_evals: Any = None,
 ) -> Any:
-    """The run's optimizer on its domain's metric (optimizers.engine.assembly builds it)."""
-    from optimizers.engine.assembly import make_optimizer as assemble
+    """The run's optimizer on its domain's metric."""
+    from optimizers.engine.whale import WhaleOptimizer
 
-    return assemble(
+    return WhaleOptimizer.from_settings(
         settings, run_dir, backend, data.domain.metric, on_event=on_event, shared_evals=shared_evals
     )
 
@@ -183,3 +184,13 @@ def shared_evaluations(settings: RunSettings, out: Path) -> Any:
     from optimizers.engine.shared_evals import SharedEvaluations
 
     return SharedEvaluations(out / "shared-evals", scope=f"{settings.model}|{settings.domain}")
+
+
+@contextlib.contextmanager
+def served(backend: InferenceBackend) -> Iterator[InferenceBackend]:
+    """The backend started for the block and stopped after it, whatever ends the block."""
+    backend.start()
+    try:
+        yield backend
+    finally:
+        backend.stop()

@@ -92,25 +92,6 @@ def _lora_trainer(settings: RunSettings, rft_config: Any, backend: InferenceBack
     return LoraTrainer(rft_config.training, cpu_threads=cpu_threads, launcher=settings.train_launcher)
 
 
-def make_optimizer(
-    settings: RunSettings,
-    run_dir: Path,
-    backend: InferenceBackend,
-    metric: Callable,
-    *,
-    trainer: WeightTrainer | None = None,
-    on_event: Callable[[dict[str, Any]], None] | None = None,
-    shared_evals: Any = None,
-) -> Any:
-    """The WhaleOptimizer (or baseline) `settings` describe, with its phases."""
-    from optimizers.engine.whale import WhaleOptimizer
-
-    kwargs = optimizer_kwargs(
-        settings, run_dir, backend, metric, trainer=trainer, on_event=on_event, shared_evals=shared_evals
-    )
-    return WhaleOptimizer(**kwargs)
-
-
 def optimizer_kwargs(
     settings: RunSettings,
     run_dir: Path,

@@ -36,6 +36,7 @@ from optimizers.engine.checkpoint import (
     store_harness,
 )
 from optimizers.engine.compile_sets import RunSets, fingerprint, run_sets
+from optimizers.engine.config import RunSettings
 from optimizers.engine.methods import HARNESS, WEIGHT, Method, get_method
 from optimizers.engine.phases import HarnessPhase, PhaseDriver, WeightPhase, harness_driver, weight_driver
 from optimizers.engine.report import report_from_state
@@ -45,7 +46,7 @@ from whale_dspy.defaults import DEFAULT_EVAL_K, DEFAULT_TEMPERATURE, DEFAULT_THR
 from whale_dspy.errors import BackendError, ConfigError
 from whale_dspy.harness import HarnessProgram
 from whale_dspy.jsonl import repair_jsonl
-from whale_dspy.protocols import CandidateEvaluator, InferenceBackend
+from whale_dspy.protocols import CandidateEvaluator, InferenceBackend, WeightTrainer
 from whale_dspy.provenance import environment
 from whale_dspy.records import AdapterRef
 from whale_dspy.rollouts import Metric
@@ -133,6 +134,33 @@ class WhaleOptimizer(Teleprompter):
             config=config, on_event=on_event, shared_evals=shared_evals, sampling=sampling,
             budget_unit=budget_unit,
         )  # fmt: skip
+
+    @classmethod
+    def from_settings(
+        cls,
+        settings: RunSettings,
+        run_dir: str | Path,
+        backend: InferenceBackend,
+        metric: Metric,
+        *,
+        trainer: WeightTrainer | None = None,
+        on_event: Callable[[dict[str, Any]], None] | None = None,
+        shared_evals: SharedEvaluations | None = None,
+    ) -> WhaleOptimizer:
+        """The optimizer (WHALE or a baseline) that `settings` describe, with its phases: what
+        `whale run` builds from its flags or `--config` file."""
+        from optimizers.engine.assembly import optimizer_kwargs
+
+        kwargs = optimizer_kwargs(
+            settings,
+            Path(run_dir),
+            backend,
+            metric,
+            trainer=trainer,
+            on_event=on_event,
+            shared_evals=shared_evals,
+        )
+        return cls(**kwargs)
 
     def _setup(
         self,

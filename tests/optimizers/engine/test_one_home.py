@@ -31,7 +31,7 @@ NOT_DEFAULTS = {
     (Path("whale_dspy/backends/adapter_probe.py"), "max_tokens"),  # one token, scored by logprobs
     (Path("whale_dspy/sandbox/limits.py"), "max_tokens"),  # a ceiling on what a harness may ask
     (Path("whale_cli/smoke.py"), "max_tokens"),  # a smoke test's one short answer
-    (Path("whale_dspy/sandbox/evaluator.py"), "threads"),  # one contained rollout runs one thread
+    (Path("whale_dspy/sandbox/session.py"), "threads"),  # one contained rollout runs one thread
 }
 
 
