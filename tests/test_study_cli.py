@@ -26,7 +26,7 @@ from whale_helpers import (
 from optimizers.engine.config import RunSettings
 from optimizers.engine.schedules import parse_schedule
 from optimizers.study import StudyConfig, make_pruner, run_study, summarize
-from optimizers.study.search_space import SearchSpace
+from optimizers.study.search_space import FloatRange, IntRange, SearchSpace
 from whale_cli import study as study_cli
 from whale_cli.wiring import RunData
 from whale_dspy.errors import ConfigError
@@ -173,12 +173,14 @@ class ScriptedBuild:
 
     def __init__(self):
         self.tags: list[str] = []
+        self.settings: list[RunSettings] = []
 
     def __call__(self, settings, run_dir, server, data, *, on_event, tag, shared_evals):
         from optimizers.engine.schedules import parse_schedule
         from optimizers.engine.whale import WhaleOptimizer
 
         self.tags.append(tag)
+        self.settings.append(settings)
         trial_server = backend()
         return WhaleOptimizer(
             backend=trial_server,
@@ -231,3 +233,27 @@ def test_study_trials_run_whale_on_validation_and_test_the_chosen_checkpoint_onc
     assert summary.command.startswith(
         "whale run --domain scripted --budget 100 --eval-every 20 --eval-k 2 --schedule "
     )
+
+
+def test_a_space_that_tunes_the_decision_hands_each_trial_its_sampled_confidence_and_race_start(tmp_path):
+    settings = RunSettings(domain="scripted", budget=40, eval_every=20, eval_k=1)
+    domain = SimpleNamespace(signature=QA, tools=lambda example: {}, metric=exact_match)
+    data = RunData(
+        domain,
+        HarnessSource("h0", SEED_HARNESS).vouched(),
+        tasks("train", 10),
+        tasks("search", 3),
+        tasks("test", 2),
+    )
+    build = ScriptedBuild()
+    trials = study_cli.StudyTrials(
+        settings, data, tasks("val", 2), backend(), tmp_path, tag="s", wilcoxon=False, build=build
+    )
+    space = SearchSpace(confidence=FloatRange(0.8, 0.99), race_start=IntRange(4, 16))
+    study = run_study(
+        StudyConfig("decisions", trials=2, budget=40, report_every=20, pruner="none", space=space), trials
+    )
+    for trial, given in zip(study.trials, build.settings, strict=True):
+        assert {"confidence": given.confidence, "race_start": given.race_start} == trial.user_attrs[
+            "decisions"
+        ]

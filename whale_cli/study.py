@@ -167,7 +167,8 @@ class StudyTrials:
         self.shared = shared_evaluations(settings, out)  # every trial starts from the same base program
 
     def __call__(self, context: Any, reporter: Any) -> float:
-        settings = replace(self.settings, schedule=context.schedule.spec())
+        # the schedule and any harness-decision settings the space tunes (confidence, race_start)
+        settings = replace(self.settings, schedule=context.schedule.spec(), **context.decisions)
         run_dir = self.out / context.name
         reporter.record(run_dir=str(run_dir.resolve()), host=socket.gethostname())
         listener = ValidationListener(reporter, run_dir, wilcoxon=self.wilcoxon)
