@@ -1,6 +1,7 @@
 """Every checkpoint of a run, the start included, is evaluated under one sampling, whichever
 entry point built the run: a start bound at the backend's defaults and later checkpoints at the
-weight phase's own settings would compare programs under different completion budgets."""
+weight phase's own settings would compare programs under different completion budgets. (The
+short form's case is in test_short_form.py, on the run its tests share.)"""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from optimizers.engine.whale import WhaleOptimizer
 from whale_cli.main import build_parser
 from whale_cli.settings_file import settings_from_args
 from whale_cli.wiring import load_data, make_optimizer, student_of
-from whale_dspy.backends import RemoteServer, WhaleProvider
+from whale_dspy.backends import RemoteServer
 from whale_dspy.rundir import RunDir
 from whale_dspy.testing import FakeBackend, FakeTrainer
 
@@ -81,17 +82,3 @@ def test_whale_run_binds_its_start_and_evaluates_every_checkpoint_as_the_weight_
     assert optimizer.sampling == weight  # what every checkpoint is bound and evaluated under
     start = student_of(data, backend, settings).bound_lm.kwargs
     assert {key: start[key] for key in weight} == weight
-
-
-def test_the_short_form_evaluates_the_start_as_its_weight_checkpoints(tmp_path):
-    backend = FakeBackend(scripted())
-    provider = WhaleProvider(backend, FakeTrainer(), base="base-model", adapters_dir=tmp_path / "provider")
-    program = LookupQA(lookup, notes=1)
-    program.set_lm(provider.lm())
-    best = WhaleOptimizer(metric=exact, auto="light", run_dir=tmp_path / "run").compile(
-        program, trainset=questions(8), valset=questions(4), track=questions(2)
-    )
-    assert best.report.phases[0].phase == "weight"  # a later checkpoint on trained weights
-    seen = checkpoint_sampling(tmp_path / "run")
-    trained = checkpoint_sampling(tmp_path / "run", "traces/rft")  # what the weight phase sampled
-    assert {json.dumps(s, sort_keys=True) for s in seen} == {json.dumps(s, sort_keys=True) for s in trained}

@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+import json
+
 import dspy
 import pytest
+from test_one_sampling import checkpoint_sampling
 from test_student import exact, lookup, questions, scripted
 from user_programs import LookupQA
 
@@ -25,12 +28,20 @@ def users_program(tmp_path) -> tuple[LookupQA, FakeBackend, FakeTrainer]:
     return program, backend, trainer
 
 
-def test_the_short_form_compiles_a_users_program_with_its_lms_backend(tmp_path):
+@pytest.fixture(scope="module")
+def short_run(tmp_path_factory):
+    """One short-form run (with a held-out curve) that several tests read: a run takes ~40 s."""
+    tmp_path = tmp_path_factory.mktemp("short")
     program, backend, trainer = users_program(tmp_path)
     run_dir = tmp_path / "run"
     best = WhaleOptimizer(metric=exact, auto="light", run_dir=run_dir).compile(
-        program, trainset=questions(8), valset=questions(4)
+        program, trainset=questions(8), valset=questions(4), track=questions(2)
     )
+    return best, backend, trainer, run_dir
+
+
+def test_the_short_form_compiles_a_users_program_with_its_lms_backend(short_run):
+    best, backend, trainer, run_dir = short_run
     assert isinstance(best, HarnessProgram) and best.report.spend.rollouts > 0
     assert trainer.calls and all(run_dir in call.out_dir.parents for call in trainer.calls)
     assert best.adapter_name in backend.loaded
@@ -58,15 +69,20 @@ def test_the_short_form_refuses_what_auto_chooses_and_an_lm_without_our_provider
         WhaleOptimizer(metric=exact, auto="light", run_dir=tmp_path).compile(program, trainset=questions(2))
 
 
-def test_config_show_prints_the_settings_the_short_form_runs(tmp_path, capsys):
+def test_config_show_prints_the_settings_the_short_form_runs(short_run, tmp_path, capsys):
     from whale_cli.main import main
     from whale_cli.settings_file import read_settings_file
 
-    program, _, _ = users_program(tmp_path)
-    run_dir = tmp_path / "run"
-    WhaleOptimizer(metric=exact, auto="light", run_dir=run_dir).compile(program, trainset=questions(8))
-    ran = RunDir(run_dir).config()["cli"]
+    ran = RunDir(short_run[3]).config()["cli"]
     assert main(["config", "show", "--auto", "light", "--machine", "cpu", "--model", "base-model"]) == 0
     (tmp_path / "shown.toml").write_text(capsys.readouterr().out)
     shown = RunSettings(**read_settings_file(tmp_path / "shown.toml")).record()
     assert {**shown, "run_tag": ran["run_tag"]} == ran  # the tag names the run folder
+
+
+def test_the_short_form_evaluates_the_start_as_its_weight_checkpoints(short_run):
+    best, _, _, run_dir = short_run
+    assert best.report.phases[0].phase == "weight"  # a later checkpoint on trained weights
+    seen = checkpoint_sampling(run_dir)
+    trained = checkpoint_sampling(run_dir, "traces/rft")  # what the weight phase sampled
+    assert {json.dumps(s, sort_keys=True) for s in seen} == {json.dumps(s, sort_keys=True) for s in trained}
