@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import signal
@@ -55,6 +56,16 @@ def test_run_writes_its_report_table_and_plot(finished):
     table = (run_dir / "report.md").read_text()
     assert "| whale | 1 |" in table and "best mean@2" in table
     assert (run_dir / "curve.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_run_prints_its_paired_gain_over_the_start(tmp_path):
+    console = Console(file=io.StringIO(), width=120)
+    scripted_run(tmp_path / "run", console=console)
+    printed = console.file.getvalue()
+    written = (tmp_path / "run" / "report.md").read_text()
+    row = next(line for line in written.splitlines() if line.startswith("| whale − start"))
+    gain, interval = row.split("|")[2].strip(), row.split("|")[3].strip()
+    assert "whale − start" in printed and gain in printed and interval in printed
 
 
 def test_report_redraws_from_the_events(finished, tmp_path):

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markdown import Markdown
 from rich.table import Table
 
 from whale_dspy.errors import ConfigError
@@ -125,6 +126,7 @@ def print_summary(console: Console, reports: Sequence[dict[str, Any]]) -> None:
             f"{s.wall_seconds:.0f}",
         )
     console.print(table)
+    console.print(Markdown(paired_table(reports)))  # the answer a run is for: a gain beyond noise or not
 
 
 def print_phases(console: Console, report: dict[str, Any]) -> None:
