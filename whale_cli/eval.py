@@ -23,6 +23,7 @@ from optimizers.engine.presets import PRESET_HELP, PRESETS, get_preset
 from whale_cli.arguments import add_dtype_argument, add_model_argument, add_thinking_argument
 from whale_cli.read_folder import TRACES_FILE, continued_rollouts, read_settings, record_settings, write_read
 from whale_dspy.backends.vllm_server import DEFAULT_MODEL
+from whale_dspy.defaults import DEFAULT_EVAL_K, DEFAULT_THREADS
 from whale_dspy.errors import ConfigError
 from whale_dspy.evaluation import EvalReport
 from whale_dspy.harness import HarnessProgram, HarnessSource
@@ -47,7 +48,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_thinking_argument(parser)
     parser.add_argument("--split", default="test", choices=SPLITS)
     parser.add_argument("--limit", type=int, default=20, help="tasks to evaluate (default 20)")
-    parser.add_argument("--k", type=int, default=8, help="samples per task (default 8)")
+    parser.add_argument(
+        "--k", type=int, default=DEFAULT_EVAL_K, help=f"samples per task (default {DEFAULT_EVAL_K})"
+    )
     parser.add_argument(
         "--preset", choices=tuple(PRESETS), default=None,
         help=f"whose sampling to evaluate under, as a run with it does (default: --run's, else "
@@ -57,7 +60,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--max-tokens", dest="max_tokens", type=int, default=None, help="default: the preset's"
     )
-    parser.add_argument("--threads", type=int, default=8)
+    parser.add_argument("--threads", type=int, default=DEFAULT_THREADS)
     add_model_argument(parser, default=None, shown=f"--run's, else {DEFAULT_MODEL}")
     parser.add_argument("--server-url", default=None, help="use a running server instead of starting one")
     add_dtype_argument(parser)
@@ -206,7 +209,6 @@ def _evaluate(
     done: list[Rollout],
     kept: int,
 ) -> None:
-
     from whale_cli.wiring import backend_for_model, served
     from whale_dspy.sandbox import ContainedEvaluator
 

@@ -37,7 +37,7 @@ NOT_DEFAULTS = {
 
 def literal_defaults(tree: ast.AST) -> list[tuple[str, int]]:
     """(setting, line) of every number literal given to a shared setting: a parameter default, a
-    dataclass field, a keyword argument or a dict entry."""
+    dataclass field, a keyword argument, a dict entry or a command-line flag's default."""
     found = []
 
     def number(node: ast.AST | None) -> bool:
@@ -55,6 +55,14 @@ def literal_defaults(tree: ast.AST) -> list[tuple[str, int]]:
                 found.append((node.target.id, node.lineno))
         elif isinstance(node, ast.keyword) and node.arg in SHARED_SETTINGS and number(node.value):
             found.append((node.arg, node.value.lineno))
+        elif isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "add_argument":
+            keywords = {keyword.arg: keyword.value for keyword in node.keywords}
+            dest = keywords.get("dest")
+            name = dest.value if isinstance(dest, ast.Constant) else None
+            if name is None and node.args and isinstance(node.args[0], ast.Constant):
+                name = str(node.args[0].value).lstrip("-").replace("-", "_")
+            if name in SHARED_SETTINGS | {"k"} and number(keywords.get("default")):
+                found.append((name, keywords["default"].lineno))
         elif isinstance(node, ast.Dict):
             for key, value in zip(node.keys, node.values, strict=True):
                 if isinstance(key, ast.Constant) and key.value in SHARED_SETTINGS and number(value):
@@ -83,7 +91,18 @@ def test_the_scan_finds_each_form_of_a_literal_default():
         "g(eval_k=2)\n"
         "d = {'temperature': 0.0}\n"
         "def ok(threads=THREADS, temperature=None): ...\n"
+        "p.add_argument('--eval-k', dest='eval_k', type=int, default=4)\n"
+        "p.add_argument('--k', type=int, default=8)\n"
+        "p.add_argument('--threads', type=int, default=THREADS)\n"
     )
     assert sorted(literal_defaults(ast.parse(source))) == sorted(
-        [("temperature", 1), ("threads", 1), ("max_tokens", 3), ("eval_k", 4), ("temperature", 5)]
+        [
+            ("temperature", 1),
+            ("threads", 1),
+            ("max_tokens", 3),
+            ("eval_k", 4),
+            ("temperature", 5),
+            ("eval_k", 7),
+            ("k", 8),
+        ]
     )
