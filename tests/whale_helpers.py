@@ -10,6 +10,7 @@ or after doing that unit's work, once per `Crashes` object.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import sys
@@ -106,8 +107,9 @@ class FakeWeightPhase:
     def rollouts_per_step(self, trainset: Sequence[dspy.Example]) -> int:
         return self.batch_size * self.k
 
-    def use_run_dir(self, run_dir: Any) -> None:
+    def writing_into(self, run_dir: Any) -> contextlib.AbstractContextManager[None]:
         """Scripted steps write nothing."""
+        return contextlib.nullcontext()
 
     def sampling(self) -> dict[str, Any]:
         """None of its own: its checkpoints keep the run's (or the backend's) sampling."""

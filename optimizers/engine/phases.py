@@ -10,6 +10,7 @@ engine skips those it has already counted.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -27,7 +28,8 @@ from whale_dspy.rundir import RunDir
 
 class WeightPhase(Protocol):
     def sampling(self) -> dict[str, Any]: ...  # the LM settings its checkpoints are bound under
-    def use_run_dir(self, run_dir: RunDir) -> None: ...  # the run's folder, unless it has its own
+    # for one run: write adapters, traces and step records into the run's folder unless given one
+    def writing_into(self, run_dir: RunDir) -> AbstractContextManager[None]: ...
     def epoch(self, trainset: Sequence[dspy.Example]) -> Any: ...  # has `.steps_per_epoch`
 
     def rollouts_per_step(self, trainset: Sequence[dspy.Example]) -> int: ...

@@ -234,8 +234,10 @@ class WhaleOptimizer(Teleprompter):
         student = as_harness(student, examples=[*data.trainset, *data.searchset])
         if resume and not (self.run_dir / CONFIG_FILE).exists():  # before the lock makes the folder
             raise ConfigError(f"nothing to resume: {self.run_dir} holds no run (no config.json)")
-        with sole_writer(self.run_dir):
+        with sole_writer(self.run_dir), contextlib.ExitStack() as scope:
             recorder = self._open(student, data)
+            if self.weight_phase is not None:  # harness-only methods have none
+                scope.enter_context(self.weight_phase.writing_into(recorder.run))
             program = self._restore(student, recorder.run, recorder.state)
             self._evaluate(recorder, program, data, force=not recorder.state.curve)
             while not recorder.state.finished:
@@ -275,8 +277,6 @@ class WhaleOptimizer(Teleprompter):
 
     def _open(self, student: HarnessProgram, data: RunSets) -> Recorder:
         run = RunDir.open(self.run_dir, self._config(student, data))
-        if self.weight_phase is not None:  # harness-only methods have none
-            self.weight_phase.use_run_dir(run)  # its adapters, traces and steps go with the run
         repair_jsonl(run.events_path)  # a torn last line (kill -9) must not precede new events
         recorder = Recorder(run, load_state(run, initial_state(run, student.source)), self.on_event)
         recorder.record(

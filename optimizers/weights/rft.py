@@ -15,6 +15,7 @@ trainer that keeps failing is broken, and retrying it only burns rollouts.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import secrets
@@ -118,11 +119,17 @@ class RejectionSamplingFinetune(Teleprompter):
         self._trained: dict[str, AdapterRef] = {}  # what a later compile on its own result continues from
         self._scratch: Path | None = None
 
-    def use_run_dir(self, run_dir: RunDir) -> None:
-        """Write into the run's folder unless this phase was given its own: a phase built without one
-        for a WhaleOptimizer keeps its adapters with the run, not in a temporary folder."""
-        if self.run_dir is None:
-            self.run_dir = run_dir
+    @contextlib.contextmanager
+    def writing_into(self, run_dir: RunDir) -> Iterator[None]:
+        """For one WhaleOptimizer run: write into its folder unless this phase was given its own, so a
+        phase built without one keeps its adapters with the run, not in a temporary folder; after the
+        run the phase is as it was built (a second optimizer's run gets its own folder)."""
+        given = self.run_dir
+        self.run_dir = given or run_dir
+        try:
+            yield
+        finally:
+            self.run_dir = given
 
     def epoch(self, trainset: Sequence[dspy.Example]) -> EpochBatches[dspy.Example]:
         """The batch schedule over `trainset`: `.steps_per_epoch`, `.tasks_per_epoch`, `.batch(step)`."""

@@ -141,3 +141,18 @@ def test_a_weight_phase_built_without_a_folder_trains_into_the_runs(tmp_path, mo
     assert program.adapter_name in trained
     assert RunDir(tmp_path / "run").events("rft_step")  # its step records went with the run
     assert not list(scratch.glob("whale-rft-*"))
+
+
+def test_a_weight_phase_lends_its_folder_to_one_run_at_a_time(tmp_path):
+    server = FakeBackend(ScriptedLM({"": {"answer": "4"}}))
+    built = {"backend": server, "trainer": FakeTrainer(), "metric": exact, "base": "base"}
+    unfoldered = RejectionSamplingFinetune(**built)
+    first, second = RunDir(tmp_path / "first"), RunDir(tmp_path / "second")
+    with unfoldered.writing_into(first):
+        assert unfoldered.run_dir is first
+    with unfoldered.writing_into(second):  # reused by another optimizer: that run's folder, not the first's
+        assert unfoldered.run_dir is second
+    assert unfoldered.run_dir is None
+    own = RejectionSamplingFinetune(**built, run_dir=RunDir(tmp_path / "own"))
+    with own.writing_into(first):
+        assert own.run_dir.path == tmp_path / "own"  # a folder it was given is kept
