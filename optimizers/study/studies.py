@@ -15,7 +15,7 @@ amounts of work for different E. Pruners:
   trials at the same step AND its last `patience` evaluations did not beat
   that best: slow starters (long first weight phases) that keep improving
   survive the noise of small validation sets. (Optuna's `PatientPruner` never
-  stops a trial on an exact plateau; see `study_pruners`.) The trial reports
+  stops a trial on an exact plateau; see `optimizers.study.pruners`.) The trial reports
   its raw score per evaluation: the median rule takes the trial's best itself,
   and a best-so-far curve would hide a stall.
 - `wilcoxon`: `WilcoxonPruner` on per-task scores paired with the best trial's
@@ -27,10 +27,11 @@ amounts of work for different E. Pruners:
 
 from __future__ import annotations
 
+import itertools
 import logging
 import shlex
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -310,6 +311,20 @@ def summarize(
     for trial in study.get_trials(deepcopy=False):
         counts[trial.state.name] = counts.get(trial.state.name, 0) + 1
     decided = best.user_attrs.get("decisions", {})
-    flags = [part for key, value in decided.items() for part in (f"--{key.replace('_', '-')}", str(value))]
-    command = shlex.join(["whale", "run", *run_args, "--schedule", spec, *flags])
+    flags = {f"--{key.replace('_', '-')}": str(value) for key, value in decided.items()}
+    kept = _without_flags(list(run_args), flags)  # a tuned value replaces the study's own
+    command = shlex.join(["whale", "run", *kept, "--schedule", spec, *itertools.chain(*flags.items())])
     return StudySummary(best.number, float(best.value), spec, command, test, counts, dict(best.user_attrs))
+
+
+def _without_flags(args: list[str], flags: Iterable[str]) -> list[str]:
+    """`args` without each of `flags` and the value after it."""
+    kept, skip = [], False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg in flags:
+            skip = True
+        else:
+            kept.append(arg)
+    return kept
