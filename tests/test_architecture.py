@@ -1,5 +1,6 @@
-"""The dependency direction of DESIGN.md, checked by import-linter's contracts in pyproject.toml,
-and the core package free of import circles."""
+"""The dependency direction (whale_cli > optimizers | domains | harness_programs > whale_dspy, and
+optimizers' roles), checked by import-linter's contracts in pyproject.toml, and every package free
+of import circles."""
 
 from __future__ import annotations
 

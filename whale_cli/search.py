@@ -234,7 +234,6 @@ def gain_line(gain: PairedGain) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-
     from whale_cli.wiring import backend_for_model, served, thinking_server_options
     from whale_dspy.rundir import sole_writer
 

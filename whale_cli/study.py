@@ -22,7 +22,6 @@ from typing import Any
 
 from optimizers.engine.config import RunSettings
 from whale_cli.arguments import add_run_arguments
-from whale_cli.run import served
 from whale_cli.settings_file import given_settings
 from whale_cli.wiring import (
     DATA_SEED,
@@ -32,6 +31,7 @@ from whale_cli.wiring import (
     make_backend,
     make_optimizer,
     name_part,
+    served,
     shared_evaluations,
     student_of,
 )

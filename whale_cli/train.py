@@ -73,8 +73,7 @@ def run(args: argparse.Namespace) -> int:
     from domains import get_domain
     from optimizers.weights.rft import RejectionSamplingFinetune
     from whale_cli.eval import adapter_context, resolve_harness
-    from whale_cli.run import served
-    from whale_cli.wiring import backend_for_model, thinking_server_options
+    from whale_cli.wiring import backend_for_model, served, thinking_server_options
     from whale_dspy.harness import HarnessProgram
     from whale_dspy.jsonl import atomic_write_json
     from whale_dspy.models import resolve_model

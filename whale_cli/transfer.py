@@ -13,8 +13,7 @@ from pathlib import Path
 from rich.console import Console
 
 from optimizers.engine.config import RunSettings
-from whale_cli.run import served
-from whale_cli.wiring import evaluate_on_test, load_data, make_backend
+from whale_cli.wiring import evaluate_on_test, load_data, make_backend, served
 from whale_dspy.errors import ConfigError
 from whale_dspy.harness import HarnessSource
 from whale_dspy.jsonl import atomic_write_json

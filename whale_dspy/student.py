@@ -1,6 +1,6 @@
 """Any `dspy.Module` as a harness: the source its class needs, plus a generated `build` entry.
 
-The convention (DESIGN.md, "student"): a user's program becomes the harness
+The convention (docs/python.md, "What happens to your program"): a user's program becomes the harness
 
     <the imports, signatures, helpers and class its class needs, cut from its module>
     <a generated `build(signature, tools)` that constructs the class again with the

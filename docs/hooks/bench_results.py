@@ -1,8 +1,8 @@
 """MkDocs hook: bench/'s results and their figures are pages of the site, read from where they live.
 
-RESULTS.md (and HISTORY.md, and records/README.md) stay in bench/ beside the benchmarks that write them; the site
-serves them at bench/ with the figures they link (relative to bench/), so their links resolve
-under `mkdocs build --strict` without a copy in docs/.
+RESULTS.md (and HISTORY.md, and records/README.md) stay in bench/ beside the benchmarks that
+write them; the site serves them at bench/ with the figures they link (relative to bench/), so
+their links resolve under `mkdocs build --strict` without a copy in docs/.
 """
 
 from __future__ import annotations

@@ -15,9 +15,10 @@ tokens. A harness that votes over five samples pays five calls a rollout under
 with calls a rollout budget does not see. A unit's cost in calls or tokens is its
 rollouts times what a rollout has cost in this run so far (evaluations included),
 never less than one call or one token. Before the run has measured any rollout,
-a rollout is taken to cost an upper bound instead: `calls_per_rollout` calls of
+a rollout is estimated to cost `calls_per_rollout` calls of
 `max_tokens` completion tokens each (the run's completion budget per call), so a
-first unit that may cost thousands of tokens is not let in as costing one.
+first unit that may cost thousands of tokens is not let in as costing one (an estimate: a
+harness may spend more, and the excess is reported as overspend).
 """
 
 from __future__ import annotations
@@ -43,16 +44,18 @@ BUDGET_UNITS: dict[str, str] = {
 
 
 FIRST_CALLS_PER_ROLLOUT = 8
-"""The LM calls a rollout is taken to make at most before a run has measured any: a vote of five
-and a four-turn agent fit; a harness that makes more is charged what it spent, and the excess is
-reported as overspend in the budget's unit."""
+"""The LM calls a rollout is estimated to make before a run has measured any: a vote of five and a
+four-turn agent fit. An estimate, not a guarantee: a harness may make more calls, and ask for more
+tokens a call than the run's `max_tokens` (up to the sandbox's ceiling); what it spends beyond is
+charged and reported as overspend in the budget's unit."""
 
 
 @dataclass(frozen=True)
 class Budget:
     """The optimization budget: `amount` of `unit` (weight-phase and harness-phase rollouts alike).
 
-    `max_tokens` and `calls_per_rollout` bound what a rollout may cost before any was measured."""
+    `max_tokens` and `calls_per_rollout` estimate what a rollout costs before any was measured
+    (FIRST_CALLS_PER_ROLLOUT says why it is an estimate, not a bound)."""
 
     amount: int
     unit: str = "rollouts"
@@ -83,7 +86,7 @@ class Budget:
 
     def cost(self, rollouts: int, spend: Spend) -> int:
         """A unit of `rollouts` worst-case rollouts in the budget's unit: at this run's rate so far,
-        or, before any rollout was measured, at the upper bound of what one may cost."""
+        or, before any rollout was measured, at the estimate of what one costs."""
         rate = spend.per_rollout(self.unit)
         return math.ceil(rollouts * (self.first_rate() if rate is None else max(1.0, rate)))
 

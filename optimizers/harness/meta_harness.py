@@ -389,7 +389,7 @@ class MetaHarness(Teleprompter):
         return run_with_timeout(call, self._stage_timeout(), f"evaluation of {program.source.name}")
 
     def _measure(self, archive, student, lm, name, examples, trace, namespace) -> list[Rollout]:
-        """One contender of a race (harness_decision.Measure)."""
+        """One contender of a race (optimizers.harness.decision.Measure)."""
         program = self._program(student, archive, name)
         return self._run(program, examples, lm, self.config.rollouts_per_task, trace, namespace)[1]
 

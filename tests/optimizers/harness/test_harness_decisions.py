@@ -179,7 +179,7 @@ def test_resume_after_a_crash_mid_race_neither_repeats_nor_loses_a_decision(tmp_
     (_, _), (signal, _) = run(meta(tmp_path / "cut", Scripted(), resumed), 2)
     assert not set(crashing.selection_calls) & set(resumed.selection_calls)  # nothing measured twice
     assert sorted(crashing.selection_calls + resumed.selection_calls) == sorted(whole.selection_calls)
-    assert {k: v for k, v in signal.decision.items()} == expected.decision
+    assert signal.decision == expected.decision
     assert signal.rollouts == expected.rollouts and signal.lm_calls == expected.lm_calls
     records = (tmp_path / "cut" / "archive" / "iterations.jsonl").read_text().splitlines()
     assert [json.loads(r)["iteration"] for r in records] == [0, 1]
