@@ -23,7 +23,9 @@ def main(argv: Sequence[str] | None = None) -> str:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("src", type=Path, metavar="SRC_FOLDER", help="the comparison's folder of records")
-    parser.add_argument("out", type=Path, metavar="OUT.tar.gz", help="the archive to write")
+    parser.add_argument(
+        "out", type=Path, metavar="OUT.tar.gz", help="the archive to write, outside SRC_FOLDER"
+    )
     args = parser.parse_args(argv)
     if not args.out.name.endswith(ARCHIVE_SUFFIX):
         parser.error(f"OUT must end in {ARCHIVE_SUFFIX}: the readers know a record archive by it")

@@ -1,5 +1,6 @@
 """bench/pack_records.py: the same files pack to the same bytes, whenever and in whatever order they
-were written, and a link is refused rather than packed."""
+were written; a link, or an archive inside the folder it packs, is refused rather than packed; a
+failed pack leaves the archive as it was."""
 
 from __future__ import annotations
 
@@ -42,3 +43,32 @@ def test_a_link_is_refused(tmp_path, capsys):
     with pytest.raises(SystemExit):
         load_bench("pack_records").main([str(tmp_path / "a"), str(tmp_path / "a.tar.gz")])
     assert "is a link or a device" in capsys.readouterr().err
+
+
+def test_an_archive_inside_its_folder_is_refused(tmp_path, capsys):
+    write(tmp_path / "a", sorted(FILES), 1_000_000)
+    out = tmp_path / "a" / "whale" / "a.tar.gz"
+    out.write_bytes(b"an earlier pack")  # would be listed, then truncated while packed
+    with pytest.raises(SystemExit):
+        load_bench("pack_records").main([str(tmp_path / "a"), str(out)])
+    assert "is inside the folder it packs" in capsys.readouterr().err
+    assert out.read_bytes() == b"an earlier pack"
+
+
+def test_a_failed_pack_leaves_the_archive_as_it_was(tmp_path, monkeypatch):
+    write(tmp_path / "a", sorted(FILES), 1_000_000)
+    out = tmp_path / "out" / "a.tar.gz"
+    out.parent.mkdir()
+    out.write_bytes(b"an earlier pack")
+    addfile = tarfile.TarFile.addfile
+
+    def fail_after_one(tar, info, data=None):
+        if tar.getnames():
+            raise OSError("no space left on device")
+        addfile(tar, info, data)
+
+    monkeypatch.setattr(tarfile.TarFile, "addfile", fail_after_one)
+    with pytest.raises(OSError, match="no space left"):
+        load_bench("pack_records").main([str(tmp_path / "a"), str(out)])
+    assert out.read_bytes() == b"an earlier pack"
+    assert list(out.parent.iterdir()) == [out]  # no half-written temporary file left beside it

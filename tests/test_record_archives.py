@@ -53,13 +53,16 @@ def test_the_report_from_an_archive_is_the_report_from_its_folder(comparison, tm
 
 
 def test_an_archive_is_read_not_written(comparison, capsys):
-    _, archive = comparison
+    folder, archive = comparison
     assert main(["report", str(archive / "whale")]) == 2
     assert "is in a record archive, which is read, not written: give --out" in capsys.readouterr().err
     with pytest.raises(ConfigError, match="holds no whale/seed-9"):
         report.collect_reports(archive / "whale" / "seed-9")
     with pytest.raises(ConfigError, match="goes down only"):
         report.collect_reports(archive / "whale" / ".." / "whale")
+    capsys.readouterr()
+    assert main(["report", str(folder), "--out", str(archive / "report")]) == 2
+    assert "--out is inside a record archive, which is read, not written" in capsys.readouterr().err
 
 
 def test_a_refusal_names_the_run_by_its_archive_path(tmp_path, capsys):
@@ -99,10 +102,12 @@ def test_paired_reads_from_an_archive_as_from_its_folder(tmp_path, capsys):
     assert tables[1] == tables[0]
 
 
-def tar_gz(path: Path, *members: tuple[tarfile.TarInfo, bytes | None]) -> Path:
+def tar_gz(
+    path: Path, *members: tuple[tarfile.TarInfo, bytes | None], format: int = tarfile.PAX_FORMAT
+) -> Path:
     """An archive of these members, written as an attacker would: no checks on the way in."""
     buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as tar:
+    with tarfile.open(fileobj=buffer, mode="w", format=format) as tar:
         for info, data in members:
             tar.addfile(info, io.BytesIO(data) if data is not None else None)
     path.write_bytes(gzip.compress(buffer.getvalue()))
@@ -144,13 +149,14 @@ def test_an_archive_past_its_bounds_is_refused_before_extraction(tmp_path, capsy
     archive = tar_gz(tmp_path / "records.tar.gz", *files)
     extracted = []
     monkeypatch.setattr(tarfile.TarFile, "extractall", lambda *a, **k: extracted.append(a))
-    for bounds in (Bounds(members=3), Bounds(bytes=399)):
+    size = archive.stat().st_size
+    for bounds in (Bounds(members=3), Bounds(bytes=399), Bounds(compressed=size - 1)):
         with (
             pytest.raises(ConfigError, match="too large for a record archive"),
             RecordArchives(bounds) as archives,
         ):
             archives.local(archive)
-    with RecordArchives(Bounds(members=4, bytes=400)) as archives:
+    with RecordArchives(Bounds(members=4, bytes=400, compressed=size)) as archives:
         archives.local(archive)  # at the bounds: extracted
     assert len(extracted) == 1
     # A few bytes that declare more than the default bound: refused from the headers alone.
@@ -160,6 +166,25 @@ def test_an_archive_past_its_bounds_is_refused_before_extraction(tmp_path, capsy
     assert main(["report", str(tmp_path / "bomb.tar.gz"), "--out", str(tmp_path / "out")]) == 2
     assert "too large for a record archive" in capsys.readouterr().err
     assert len(extracted) == 1
+
+
+@pytest.mark.parametrize("format", [tarfile.PAX_FORMAT, tarfile.GNU_FORMAT])
+def test_a_long_name_header_past_the_bounds_is_refused_unread(tmp_path, monkeypatch, format):
+    """tarfile reads a PAX or GNU long-name header whole before any member check: a few kilobytes of
+    gzip would otherwise put a header of gigabytes in memory."""
+    name = "run/" + "x" * 4 * 2**20 + ".json"  # 4 MiB of header, 4 KiB of gzip
+    archive = tar_gz(tmp_path / "records.tar.gz", member(name), format=format)
+    read: list[int] = []
+    gzip_read = gzip.GzipFile.read
+    monkeypatch.setattr(
+        gzip.GzipFile, "read", lambda self, size=-1: read.append(len(data := gzip_read(self, size))) or data
+    )
+    with (
+        pytest.raises(ConfigError, match="too large for a record archive"),
+        RecordArchives(Bounds(members=10, bytes=10_000)) as archives,
+    ):
+        archives.local(archive)
+    assert sum(read) < 2**20  # stopped at the bound, not after the whole header
 
 
 def test_what_is_not_an_archive_is_refused_clearly(tmp_path):

@@ -152,6 +152,11 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("several DIRs are reported together into --out, not into one of them: give --out")
     if args.out is None and split_archive(args.paths[0]) is not None:
         raise ConfigError(f"{args.paths[0]} is in a record archive, which is read, not written: give --out")
+    if args.out is not None and split_archive(args.out) is not None:
+        raise ConfigError(
+            f"--out is inside a record archive, which is read, not written: {args.out}; "
+            "give a folder outside it"
+        )
     reports = collect_reports(*args.paths)
     out = args.out or args.paths[0]
     out.mkdir(parents=True, exist_ok=True)

@@ -10,13 +10,17 @@ An archive is extracted once per command into a temporary folder, removed afterw
 anything is written every member is checked: a plain file or folder, under a relative name with
 no `..`, within a bounded count and total size (a small archive may unpack to gigabytes); then
 tarfile's "data" filter extracts them (no links, no devices, no absolute paths, no modes beyond
-read and write). `pack` writes the archives these read, byte for byte the same for the same files.
+read and write). The archive file's size and its whole decompressed stream are bounded too, since
+tarfile reads a PAX or GNU long-name header into memory whole before any member check can run.
+`pack` writes the archives these read, byte for byte the same for the same files, and replaces
+an archive only once the new one is complete.
 """
 
 from __future__ import annotations
 
 import gzip
 import hashlib
+import io
 import os
 import tarfile
 import tempfile
@@ -24,6 +28,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from types import TracebackType
+from typing import BinaryIO
 
 from whale_dspy.errors import ConfigError
 
@@ -32,12 +37,61 @@ ARCHIVE_PATHS = "ARCHIVE.tar.gz[/FOLDER]: a record archive reads as a folder (be
 """How the readers' help names an archive path."""
 
 
+HEADER_ROOM = 4 * tarfile.BLOCKSIZE
+"""Per member, what the stream holds beyond its data: its header, a PAX header for a long name,
+and the padding of both to whole blocks."""
+
+
 @dataclass(frozen=True)
 class Bounds:
-    """The most an archive may unpack to; past either bound it is refused before extraction."""
+    """The most an archive may hold (`compressed`: its file's size) and unpack to; past any bound
+    it is refused before extraction."""
 
     members: int = 20_000
     bytes: int = 512 * 2**20
+    compressed: int = 256 * 2**20
+
+    def stream(self) -> int:
+        """The most bytes the decompressed tar stream may have: the members' data, their headers
+        and the end-of-archive record."""
+        return self.bytes + self.members * HEADER_ROOM + tarfile.RECORDSIZE
+
+
+def too_large(archive: Path, bounds: Bounds) -> ConfigError:
+    return ConfigError(
+        f"{archive} holds more than {bounds.members} members, {bounds.bytes} bytes of files or "
+        f"{bounds.compressed} bytes of gzip: too large for a record archive"
+    )
+
+
+class BoundedStream:
+    """A decompressed archive that refuses to go past `bounds.stream()`: each read asks for no more
+    than what is left, so even a header tarfile reads whole stops at the bound."""
+
+    def __init__(self, stream: BinaryIO, archive: Path, bounds: Bounds) -> None:
+        self._stream, self._archive, self._bounds = stream, archive, bounds
+        self._limit = bounds.stream()
+
+    def read(self, size: int = -1) -> bytes:
+        position = self._stream.tell()
+        left = self._limit - position + 1  # one byte past the bound tells that there is more
+        data = self._stream.read(left if size < 0 else min(size, left))
+        if position + len(data) > self._limit:
+            raise too_large(self._archive, self._bounds)
+        return data
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        if whence != os.SEEK_SET:
+            raise io.UnsupportedOperation("a record archive is read by absolute offsets")
+        if offset > self._limit:
+            raise too_large(self._archive, self._bounds)
+        return self._stream.seek(offset)
+
+    def tell(self) -> int:
+        return self._stream.tell()
+
+    def seekable(self) -> bool:
+        return True
 
 
 def split_archive(path: Path) -> tuple[Path, PurePosixPath] | None:
@@ -63,10 +117,7 @@ def checked_members(tar: tarfile.TarFile, archive: Path, bounds: Bounds) -> list
         members.append(member)
         total += member.size
         if len(members) > bounds.members or total > bounds.bytes:
-            raise ConfigError(
-                f"{archive} holds more than {bounds.members} members or {bounds.bytes} bytes: "
-                "too large for a record archive"
-            )
+            raise too_large(archive, bounds)
     return members
 
 
@@ -75,7 +126,12 @@ def extract(archive: Path, folder: Path, bounds: Bounds = Bounds()) -> None:
     if not hasattr(tarfile, "data_filter"):
         raise ConfigError("reading a record archive needs tarfile's data filter (Python 3.11.4 or later)")
     try:
-        with tarfile.open(archive, "r:gz") as tar:
+        if archive.stat().st_size > bounds.compressed:
+            raise too_large(archive, bounds)
+        with (
+            gzip.open(archive, "rb") as unzipped,
+            tarfile.open(fileobj=BoundedStream(unzipped, archive, bounds), mode="r:") as tar,
+        ):
             tar.extractall(folder, members=checked_members(tar, archive, bounds), filter="data")
     except (tarfile.TarError, OSError, EOFError) as error:
         raise ConfigError(f"{archive} is not a readable record archive: {error}") from error
@@ -132,15 +188,10 @@ def plain_files(folder: Path) -> list[tuple[str, Path]]:
     return sorted(found)
 
 
-def pack(folder: Path, out: Path) -> str:
-    """Pack `folder`'s files into the archive `out` (names relative to `folder`) and return its
-    sha256. Sorted members, no dates, owners or modes, gzip without a timestamp: the same files give
-    the same bytes (with the same zlib), so a record's checksum names its content."""
-    if not folder.is_dir():
-        raise ConfigError(f"{folder} is not a folder of records")
-    files = plain_files(folder)
+def write_archive(raw: BinaryIO, files: list[tuple[str, Path]]) -> None:
+    """Sorted members, no dates, owners or modes, gzip without a timestamp: the same files give the
+    same bytes (with the same zlib), so a record's checksum names its content."""
     with (
-        out.open("wb") as raw,
         gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as zipped,
         tarfile.open(fileobj=zipped, mode="w", format=tarfile.PAX_FORMAT) as tar,
     ):
@@ -149,4 +200,26 @@ def pack(folder: Path, out: Path) -> str:
             info.size, info.mode = path.stat().st_size, 0o644
             with path.open("rb") as data:
                 tar.addfile(info, data)
+
+
+def pack(folder: Path, out: Path) -> str:
+    """Pack `folder`'s files into the archive `out` (names relative to `folder`) and return its
+    sha256. It is written beside `out` and renamed onto it when complete, so a failed pack leaves
+    `out` as it was; an `out` inside `folder` is refused (it would pack itself)."""
+    if not folder.is_dir():
+        raise ConfigError(f"{folder} is not a folder of records")
+    if out.resolve().is_relative_to(folder.resolve()):
+        raise ConfigError(f"{out} is inside the folder it packs ({folder}): write it elsewhere")
+    files = plain_files(folder)
+    fd, part = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".part")
+    try:
+        with os.fdopen(fd, "wb") as raw:
+            os.fchmod(raw.fileno(), 0o644)  # mkstemp's 0600 would hide the records from other users
+            write_archive(raw, files)
+            raw.flush()
+            os.fsync(raw.fileno())
+        os.replace(part, out)
+    except BaseException:
+        Path(part).unlink(missing_ok=True)
+        raise
     return hashlib.sha256(out.read_bytes()).hexdigest()
