@@ -193,6 +193,17 @@ def test_what_is_not_an_archive_is_refused_clearly(tmp_path):
         archives.local(tmp_path / "broken.tar.gz" / "run")
 
 
+def test_an_archive_whose_checksum_does_not_match_is_refused(tmp_path):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "events.jsonl").write_text('{"kind": "run_started"}\n')
+    pack(tmp_path / "run", tmp_path / "run.tar.gz")
+    data = bytearray((tmp_path / "run.tar.gz").read_bytes())
+    data[-8] ^= 0xFF  # gzip's trailer: the CRC-32 of the content, which reads back unchanged
+    (tmp_path / "run.tar.gz").write_bytes(bytes(data))
+    with pytest.raises(ConfigError, match="is not a readable record archive"), RecordArchives() as archives:
+        archives.local(tmp_path / "run.tar.gz")
+
+
 def test_the_extracted_copy_goes_when_the_command_ends(comparison):
     _, archive = comparison
     with RecordArchives() as archives:

@@ -24,6 +24,7 @@ import io
 import os
 import tarfile
 import tempfile
+import zlib
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -128,12 +129,13 @@ def extract(archive: Path, folder: Path, bounds: Bounds = Bounds()) -> None:
     try:
         if archive.stat().st_size > bounds.compressed:
             raise too_large(archive, bounds)
-        with (
-            gzip.open(archive, "rb") as unzipped,
-            tarfile.open(fileobj=BoundedStream(unzipped, archive, bounds), mode="r:") as tar,
-        ):
-            tar.extractall(folder, members=checked_members(tar, archive, bounds), filter="data")
-    except (tarfile.TarError, OSError, EOFError) as error:
+        with gzip.open(archive, "rb") as unzipped:
+            stream = BoundedStream(unzipped, archive, bounds)
+            with tarfile.open(fileobj=stream, mode="r:") as tar:
+                tar.extractall(folder, members=checked_members(tar, archive, bounds), filter="data")
+            while stream.read(2**20):  # on to gzip's trailer: tarfile stops at its end-of-archive
+                pass  # marker, and only the trailer's checksum tells a corrupted archive
+    except (tarfile.TarError, OSError, EOFError, zlib.error) as error:
         raise ConfigError(f"{archive} is not a readable record archive: {error}") from error
 
 
