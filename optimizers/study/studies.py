@@ -31,7 +31,7 @@ import itertools
 import logging
 import shlex
 import warnings
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -317,7 +317,7 @@ def summarize(
     return StudySummary(best.number, float(best.value), spec, command, test, counts, dict(best.user_attrs))
 
 
-def _without_flags(args: list[str], flags: Iterable[str]) -> list[str]:
+def _without_flags(args: list[str], flags: Collection[str]) -> list[str]:
     """`args` without each of `flags` and the value after it."""
     kept, skip = [], False
     for arg in args:

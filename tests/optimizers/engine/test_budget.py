@@ -138,7 +138,7 @@ def test_a_budget_in_calls_or_tokens_costs_a_unit_at_the_run_s_rate():
     budget = Budget(100, "calls")
     spend = Spend(rollouts=10, rollout_calls=50, eval_rollouts=10, eval_calls=10)
     assert budget.spent(spend) == 50 and budget.cost(4, spend) == 12  # 3 calls a rollout so far
-    # nothing measured: a rollout's upper bound, FIRST_CALLS_PER_ROLLOUT calls of max_tokens each
+    # nothing measured: a rollout's estimate, FIRST_CALLS_PER_ROLLOUT calls of max_tokens each
     assert Budget(100, "calls").cost(4, Spend()) == 4 * FIRST_CALLS_PER_ROLLOUT
     assert Budget(100, "tokens", max_tokens=64).cost(4, Spend()) == 4 * FIRST_CALLS_PER_ROLLOUT * 64
     assert Budget(100, "rollouts").cost(4, Spend()) == 4
