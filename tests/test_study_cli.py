@@ -6,18 +6,16 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from types import SimpleNamespace
 
 import optuna
 import pytest
 from whale_helpers import (
-    QA,
-    SEED_HARNESS,
     FakeHarnessPhase,
     FakeWeightPhase,
     backend,
     exact_match,
     optimizer,
+    scripted_data,
     student,
     tasks,
     toy_evaluator,
@@ -28,9 +26,7 @@ from optimizers.engine.schedules import parse_schedule
 from optimizers.study import StudyConfig, make_pruner, run_study, summarize
 from optimizers.study.search_space import FloatRange, IntRange, SearchSpace
 from whale_cli import study as study_cli
-from whale_cli.wiring import RunData
 from whale_dspy.errors import ConfigError
-from whale_dspy.harness import HarnessSource
 from whale_dspy.testing.fake_backend import FakeBackend
 from whale_dspy.testing.scripted_lm import ScriptedLM
 
@@ -201,14 +197,7 @@ class ScriptedBuild:
 
 def test_study_trials_run_whale_on_validation_and_test_the_chosen_checkpoint_once(tmp_path):
     settings = RunSettings(domain="scripted", budget=100, eval_every=20, eval_k=2)
-    domain = SimpleNamespace(signature=QA, tools=lambda example: {}, metric=exact_match)
-    data = RunData(
-        domain,
-        HarnessSource("h0", SEED_HARNESS).vouched(),
-        tasks("train", 10),
-        tasks("search", 3),
-        tasks("test", 2),
-    )
+    data = scripted_data()
     shared = backend()
     build = ScriptedBuild()
     trials = study_cli.StudyTrials(
@@ -237,14 +226,7 @@ def test_study_trials_run_whale_on_validation_and_test_the_chosen_checkpoint_onc
 
 def test_a_space_that_tunes_the_decision_hands_each_trial_its_sampled_confidence_and_race_start(tmp_path):
     settings = RunSettings(domain="scripted", budget=40, eval_every=20, eval_k=1)
-    domain = SimpleNamespace(signature=QA, tools=lambda example: {}, metric=exact_match)
-    data = RunData(
-        domain,
-        HarnessSource("h0", SEED_HARNESS).vouched(),
-        tasks("train", 10),
-        tasks("search", 3),
-        tasks("test", 2),
-    )
+    data = scripted_data()
     build = ScriptedBuild()
     trials = study_cli.StudyTrials(
         settings, data, tasks("val", 2), backend(), tmp_path, tag="s", wilcoxon=False, build=build

@@ -260,6 +260,20 @@ def compile_run(opt: WhaleOptimizer, server: FakeBackend, **options: Any) -> Har
     )
 
 
+def scripted_data() -> Any:
+    """The scripted domain's RunData, as `whale run` loads a domain: seed harness, train, search, test."""
+    from whale_cli.wiring import RunData
+
+    domain = SimpleNamespace(signature=QA, tools=lambda example: {}, metric=exact_match)
+    return RunData(
+        domain,
+        HarnessSource("h0", SEED_HARNESS).vouched(),
+        tasks("train", 10),
+        tasks("search", 3),
+        tasks("test", 2),
+    )
+
+
 def scripted_run(
     run_dir: Path, *, budget: int = 60, delay: float = 0.0, console: Any = None
 ) -> dict[str, Any]:
@@ -269,14 +283,7 @@ def scripted_run(
     from whale_cli.wiring import RunData
 
     settings = RunSettings(domain="scripted", schedule="fixed:0.6,3", budget=budget, eval_every=20, eval_k=2)
-    domain = SimpleNamespace(signature=QA, tools=lambda example: {}, metric=exact_match)
-    data = RunData(
-        domain,
-        HarnessSource("h0", SEED_HARNESS).vouched(),
-        tasks("train", 10),
-        tasks("search", 3),
-        tasks("test", 2),
-    )
+    data = scripted_data()
 
     def build(
         settings: RunSettings,
