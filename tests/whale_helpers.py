@@ -275,12 +275,19 @@ def scripted_data() -> Any:
 
 
 def scripted_run(
-    run_dir: Path, *, budget: int = 60, delay: float = 0.0, console: Any = None
+    run_dir: Path,
+    *,
+    budget: int = 60,
+    delay: float = 0.0,
+    console: Any = None,
+    make_server: Callable[[], FakeBackend] = backend,
+    restarts: int = 0,
 ) -> dict[str, Any]:
-    """`whale run`'s CLI path (progress, outputs, resume) on scripted phases: the test entry point."""
+    """`whale run`'s CLI path (progress, outputs, resume, a dead server started anew) on scripted
+    phases: the test entry point."""
     from optimizers.engine.config import RunSettings
     from whale_cli.run import execute
-    from whale_cli.wiring import RunData
+    from whale_cli.wiring import RestartingServer, RunData
 
     settings = RunSettings(domain="scripted", schedule="fixed:0.6,3", budget=budget, eval_every=20, eval_k=2)
     data = scripted_data()
@@ -312,7 +319,10 @@ def scripted_run(
             shared_evals=shared_evals,
         )
 
-    return execute(settings, run_dir, backend(), data, console=console, build=build)
+    with RestartingServer(make_server, restarts=restarts) as server:
+        return server.run(
+            lambda served: execute(settings, run_dir, served, data, console=console, build=build)
+        )
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from domains import DOMAIN_HELP
 from optimizers.engine.config import RunSettings
 from optimizers.engine.presets import PRESET_HELP, PRESETS
 from whale_dspy.backends.vllm_server import ADAPTER_SERVING, DEFAULT_MODEL
+from whale_dspy.defaults import SERVER_RESTARTS
 
 
 def add_model_argument(
@@ -35,6 +36,15 @@ def add_dtype_argument(parser: argparse.ArgumentParser) -> None:
         "--dtype", default=None, choices=("bfloat16", "float16", "float32"),
         help="vLLM --dtype of the command's own server (default: bfloat16 where the hardware has bf16 "
         "math, else float32)",
+    )  # fmt: skip
+
+
+def add_restarts_argument(parser: argparse.ArgumentParser) -> None:
+    """--server-restarts of a command whose own server may die mid-run (`whale run`, `whale compare`)."""
+    parser.add_argument(
+        "--server-restarts", dest="server_restarts", type=int, default=SERVER_RESTARTS, metavar="N",
+        help="start the command's own server anew at most N times after it died, resuming the run "
+        f"from its records (default {SERVER_RESTARTS}; 0 stops at the first death)",
     )  # fmt: skip
 
 

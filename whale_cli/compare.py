@@ -15,16 +15,17 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 from rich.console import Console
 
 from optimizers.engine.config import RunSettings
-from whale_cli.arguments import add_run_arguments, schedule_help
+from whale_cli.arguments import add_restarts_argument, add_run_arguments, schedule_help
 from whale_cli.report import print_summary, write_outputs
 from whale_cli.run import check_same_settings, execute
 from whale_cli.settings_file import given_settings
-from whale_cli.wiring import load_data, make_backend, name_part, served, shared_evaluations
+from whale_cli.wiring import RestartingServer, load_data, make_backend, name_part, shared_evaluations
 from whale_dspy.errors import ConfigError
 from whale_dspy.reporting.tables import SWEPT
 
@@ -34,6 +35,7 @@ ALL_METHODS = "whale,weight-only,harness-only,fst,stagewise"
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("compare", help="run several methods on the same seeds and budget")
     add_run_arguments(parser, method=False, schedule=False)
+    add_restarts_argument(parser)
     parser.add_argument(
         "--schedule", action="append", help=f"{schedule_help()}; repeat to run whale under each"
     )
@@ -87,9 +89,14 @@ def run(args: argparse.Namespace) -> int:
     runs, out = plan(args)
     data = load_data(runs[0][0])
     shared = shared_evaluations(runs[0][0], out)  # the seed program is scored once
-    with served(make_backend(runs[0][0], out, args.server_url)) as backend:
+    make = partial(make_backend, runs[0][0], out, args.server_url)
+    with RestartingServer(make, restarts=args.server_restarts) as server:
         reports = [
-            execute(settings, run_dir, backend, data, console=console, shared_evals=shared)
+            server.run(
+                lambda backend, settings=settings, run_dir=run_dir: execute(
+                    settings, run_dir, backend, data, console=console, shared_evals=shared
+                )
+            )
             for settings, run_dir in runs
         ]
     table, plot = write_outputs(

@@ -13,6 +13,7 @@ import argparse
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +28,10 @@ from rich.progress import (
 )
 
 from optimizers.engine.config import RunSettings
-from whale_cli.arguments import add_run_arguments, add_seed_argument
+from whale_cli.arguments import add_restarts_argument, add_run_arguments, add_seed_argument
 from whale_cli.report import decision_cell, print_phases, print_summary, write_outputs
 from whale_cli.settings_file import given_settings
-from whale_cli.wiring import RunData, load_data, make_backend, make_optimizer, served, student_of
+from whale_cli.wiring import RestartingServer, RunData, load_data, make_backend, make_optimizer, student_of
 from whale_dspy.errors import ConfigError
 from whale_dspy.protocols import InferenceBackend
 from whale_dspy.rundir import RunDir, config_differences
@@ -44,6 +45,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     add_run_arguments(parser)
     add_seed_argument(parser)
+    add_restarts_argument(parser)
     parser.add_argument("--run-dir", dest="run_dir", type=Path, help="default runs/DOMAIN-METHOD-seedS")
     parser.add_argument("--resume", type=Path, metavar="RUN_DIR", help="continue the run recorded in RUN_DIR")
     parser.add_argument(
@@ -185,6 +187,7 @@ def run(args: argparse.Namespace) -> int:
         show_settings(settings)
         return 0
     data = load_data(settings)
-    with served(make_backend(settings, run_dir, args.server_url)) as backend:
-        execute(settings, run_dir, backend, data)
+    make = partial(make_backend, settings, run_dir, args.server_url)
+    with RestartingServer(make, restarts=args.server_restarts) as server:
+        server.run(lambda backend: execute(settings, run_dir, backend, data))
     return 0

@@ -7,20 +7,24 @@ backends, optimizers); it builds everything from one `RunSettings` (optimizers.e
 from __future__ import annotations
 
 import contextlib
+import logging
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import dspy
 
 from optimizers.engine.config import RunSettings
 from whale_dspy.backends.vllm_server import thinking_template_kwargs
-from whale_dspy.defaults import DEFAULT_THREADS
-from whale_dspy.errors import ConfigError
+from whale_dspy.defaults import DEFAULT_THREADS, SERVER_RESTARTS
+from whale_dspy.errors import BackendError, ConfigError
 from whale_dspy.harness import HarnessProgram, HarnessSource
-from whale_dspy.protocols import Domain, InferenceBackend
+from whale_dspy.protocols import Domain, HealthChecked, InferenceBackend
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 DATA_SEED = 0
 """Task subsampling does not follow --seed: every method and seed sees the same tasks."""
@@ -194,3 +198,45 @@ def served(backend: InferenceBackend) -> Iterator[InferenceBackend]:
         yield backend
     finally:
         backend.stop()
+
+
+class RestartingServer:
+    """A command's own server, started for the block and stopped after it, that is started anew (a
+    fresh backend from `make`, at most `restarts` times) when a step failed on it and it no longer
+    answers. The step is then run again: a run's step resumes from its records, as `--resume` would
+    after a crash. A refused request (the server still healthy) and a server someone else runs
+    (`--server-url`: theirs to restart) fail the step as before."""
+
+    def __init__(self, make: Callable[[], InferenceBackend], *, restarts: int = SERVER_RESTARTS) -> None:
+        if restarts < 0:
+            raise ConfigError(f"--server-restarts must be 0 or more, got {restarts}")
+        self._make = make
+        self.restarts_left = restarts
+        self.backend = make()
+
+    def __enter__(self) -> RestartingServer:
+        self.backend.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.backend.stop()
+
+    def run(self, step: Callable[[InferenceBackend], T]) -> T:
+        while True:
+            try:
+                return step(self.backend)
+            except BackendError as error:
+                if self.restarts_left == 0 or not self._died():
+                    raise
+                self.restarts_left -= 1
+                log.warning(
+                    "the inference server died (%s); starting a new one and resuming (%d restart(s) left)",
+                    error, self.restarts_left,
+                )  # fmt: skip
+                self.backend.stop()
+                self.backend = self._make()
+                self.backend.start()
+
+    def _died(self) -> bool:
+        backend = self.backend
+        return not backend.shared and isinstance(backend, HealthChecked) and not backend.healthy()

@@ -18,6 +18,10 @@ DEFAULT_MAX_TOKENS = 256
 SERVED_LM_SAMPLING: Mapping[str, float | int] = MappingProxyType({"temperature": 0.0, "max_tokens": 512})
 """How a served model's DSPy LM samples when its caller says nothing (`backend.lm()` used plainly):
 greedy, so a question asked twice gets one answer. Runs never rely on it: they bind their own."""
+SERVER_RESTARTS = 2
+"""How often `whale run` and `whale compare` start their own inference server again after it died
+mid-run, before they stop: a long run on shared cores outlives an engine crash, and each restart
+resumes the run from its records as `--resume` would."""
 PROPOSER_TEMPERATURE = 1.0
 """Sampling temperature of an LM proposer: the candidates of one iteration must differ."""
 PROPOSER_MAX_TOKENS = 256

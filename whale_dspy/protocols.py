@@ -84,6 +84,14 @@ class InferenceBackend(Protocol):
 
 
 @runtime_checkable
+class HealthChecked(Protocol):
+    """A backend that can say whether it still serves (an embedded server: its process and /health),
+    so a caller can tell a dead server from a refused request before it starts a new one."""
+
+    def healthy(self) -> bool: ...
+
+
+@runtime_checkable
 class WeightTrainer(Protocol):
     """Turns accepted rollouts (as SFT examples) into a new adapter under a new name."""
 
