@@ -280,7 +280,7 @@ def scripted_run(
     budget: int = 60,
     delay: float = 0.0,
     console: Any = None,
-    make_server: Callable[[], FakeBackend] = backend,
+    make_server: Callable[[], FakeBackend] | None = None,
     restarts: int = 0,
 ) -> dict[str, Any]:
     """`whale run`'s CLI path (progress, outputs, resume, a dead server started anew) on scripted
@@ -319,7 +319,7 @@ def scripted_run(
             shared_evals=shared_evals,
         )
 
-    with RestartingServer(make_server, restarts=restarts) as server:
+    with RestartingServer(make_server or backend, restarts=restarts) as server:  # backend: as patched now
         return server.run(
             lambda served: execute(settings, run_dir, served, data, console=console, build=build)
         )
