@@ -13,6 +13,8 @@ from dspy.utils.exceptions import LMProviderError, LMTransportError
 from meta_harness_helpers import TOY, ScriptedProposer, exact, student
 
 from optimizers.harness.meta_harness import MetaHarness, MetaHarnessConfig, sandboxed_evaluator
+from optimizers.harness.proposers.lm import LMProposer
+from optimizers.harness.proposers.mechanism import MechanismProposer
 from whale_dspy.errors import BackendError
 from whale_dspy.evaluation import InProcessEvaluator, evaluate
 from whale_dspy.jsonl import read_jsonl
@@ -87,3 +89,29 @@ def test_a_harness_search_ends_on_a_dead_server_instead_of_archiving_a_crash(tmp
     )
     with pytest.raises(BackendError, match="connection refused"):
         optimizer.compile(student(), trainset=[task(0), task(1)])
+
+
+@pytest.mark.parametrize(
+    "make", [lambda lm: LMProposer(lm, retries=0), MechanismProposer], ids=["lm", "mechanism"]
+)
+@pytest.mark.parametrize("status", [503, 400], ids=["dead", "refused"])
+def test_a_proposer_whose_server_died_stops_the_search_instead_of_an_empty_iteration(tmp_path, make, status):
+    """An empty iteration is "the proposer found nothing": under the paired rule a refused decision,
+    which ends a patience schedule's harness phase. A dead server is not that; a refused request is."""
+    config = MetaHarnessConfig.paper(tasks=2, smoke_tasks=1, min_iterations=2, max_iterations=2, threads=1)
+    optimizer = MetaHarness(
+        proposer=make(failing_lm(LMProviderError("engine dead", status=status))),
+        metric=exact,
+        archive_dir=tmp_path / "archive",
+        lm=ScriptedLM({"": {"answer": "4"}}),
+        config=config,
+        evaluator=InProcessEvaluator(run_unvouched_in_process=True),
+    )
+    if status == 503:
+        with pytest.raises(BackendError, match="proposer call: LMProviderError: engine dead"):
+            optimizer.compile(student(), trainset=[task(0), task(1)])
+        assert [row["iteration"] for row in read_jsonl(tmp_path / "archive" / "iterations.jsonl")] == [0]
+    else:
+        optimizer.compile(student(), trainset=[task(0), task(1)])
+        rows = list(read_jsonl(tmp_path / "archive" / "iterations.jsonl"))
+        assert len(rows) > 1 and [row["candidates"] for row in rows] == [1] + [0] * (len(rows) - 1)

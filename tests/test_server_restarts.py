@@ -61,20 +61,21 @@ def fails_on(server: FakeBackend) -> None:
 def test_a_dead_server_is_replaced_and_the_step_runs_again_on_the_new_one():
     first = HealthReportingBackend(ScriptedLM([]), healthy=False)
     second = HealthReportingBackend(ScriptedLM([]), healthy=True)
-    servers = Servers(first, second)
-    seen = []
+    servers, seen = Servers(first, second), []
+
+    def step(server: FakeBackend) -> str:
+        seen.append(server)
+        if server is first:
+            fails_on(server)
+        return "done"
+
     with RestartingServer(servers, restarts=1) as restarting:
-        assert (
-            restarting.run(
-                lambda server: seen.append(server) or fails_on(server) if server is first else "done"
-            )
-            == "done"
-        )
-    assert seen == [first] and servers.made == [first, second]
+        assert restarting.run(step) == "done"
+    assert seen == [first, second] and servers.made == [first, second]
     assert (
         not first.running and not second.running
     )  # the dead one stopped at the restart, the new one at exit
-    assert restarting.restarts_left == 0
+    assert restarting.restarted == 1
 
 
 @pytest.mark.parametrize(
@@ -95,14 +96,16 @@ def test_a_server_that_is_not_known_dead_and_ours_is_never_replaced(server):
     assert servers.made == [server]
 
 
-def test_restarts_are_bounded_and_the_last_death_is_raised():
+def test_restarts_are_bounded_per_step_and_the_last_death_is_raised():
     servers = Servers(*(HealthReportingBackend(ScriptedLM([]), healthy=False) for _ in range(3)))
-    with (
-        RestartingServer(servers, restarts=2) as restarting,
-        pytest.raises(BackendError, match="failed during"),
-    ):
-        restarting.run(fails_on)
-    assert len(servers.made) == 3 and not any(server.running for server in servers.made)
+    with RestartingServer(servers, restarts=1) as restarting:
+        with pytest.raises(BackendError, match="failed during"):
+            restarting.run(fails_on)
+        assert len(servers.made) == 2  # one restart, then the second death is raised
+        with pytest.raises(BackendError, match="failed during"):
+            restarting.run(fails_on)  # the next step (a comparison's next run) has its own restart
+        assert len(servers.made) == 3 and restarting.restarted == 2
+    assert not any(server.running for server in servers.made)
     with pytest.raises(ConfigError, match="0 or more"):
         RestartingServer(backend, restarts=-1)
 

@@ -43,8 +43,9 @@ def add_restarts_argument(parser: argparse.ArgumentParser) -> None:
     """--server-restarts of a command whose own server may die mid-run (`whale run`, `whale compare`)."""
     parser.add_argument(
         "--server-restarts", dest="server_restarts", type=int, default=SERVER_RESTARTS, metavar="N",
-        help="start the command's own server anew at most N times after it died, resuming the run "
-        f"from its records (default {SERVER_RESTARTS}; 0 stops at the first death)",
+        help="start the command's own server anew at most N times a run after it died, resuming the run "
+        f"from its records (default {SERVER_RESTARTS}; 0 stops at the first death; not with --replicas "
+        "above 1, which route around a dead replica)",
     )  # fmt: skip
 
 

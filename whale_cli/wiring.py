@@ -21,7 +21,7 @@ from whale_dspy.backends.vllm_server import thinking_template_kwargs
 from whale_dspy.defaults import DEFAULT_THREADS, SERVER_RESTARTS
 from whale_dspy.errors import BackendError, ConfigError
 from whale_dspy.harness import HarnessProgram, HarnessSource
-from whale_dspy.protocols import Domain, HealthChecked, InferenceBackend
+from whale_dspy.protocols import Domain, InferenceBackend, reports_down
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -202,16 +202,17 @@ def served(backend: InferenceBackend) -> Iterator[InferenceBackend]:
 
 class RestartingServer:
     """A command's own server, started for the block and stopped after it, that is started anew (a
-    fresh backend from `make`, at most `restarts` times) when a step failed on it and it no longer
-    answers. The step is then run again: a run's step resumes from its records, as `--resume` would
-    after a crash. A refused request (the server still healthy) and a server someone else runs
-    (`--server-url`: theirs to restart) fail the step as before."""
+    fresh backend from `make`, at most `restarts` times a step) when a step failed on it and it no
+    longer answers. The step is then run again: a run's step resumes from its records, as `--resume`
+    would after a crash. A refused request (the server still healthy), a server someone else runs
+    (`--server-url`: theirs to restart) and a replica set (it routes around a dead replica itself,
+    and has no health of its own) fail the step as before."""
 
     def __init__(self, make: Callable[[], InferenceBackend], *, restarts: int = SERVER_RESTARTS) -> None:
         if restarts < 0:
             raise ConfigError(f"--server-restarts must be 0 or more, got {restarts}")
-        self._make = make
-        self.restarts_left = restarts
+        self._make, self.restarts = make, restarts
+        self.restarted = 0  # over every step, for the caller's records
         self.backend = make()
 
     def __enter__(self) -> RestartingServer:
@@ -222,21 +223,24 @@ class RestartingServer:
         self.backend.stop()
 
     def run(self, step: Callable[[InferenceBackend], T]) -> T:
+        """`step(backend)`, run again on a new server after each death, `restarts` times at most: the
+        budget is per step, so one run of a long comparison cannot spend the later runs' restarts."""
+        left = self.restarts
         while True:
             try:
                 return step(self.backend)
             except BackendError as error:
-                if self.restarts_left == 0 or not self._died():
+                if left == 0 or not self._died():
                     raise
-                self.restarts_left -= 1
+                left -= 1
+                self.restarted += 1
                 log.warning(
                     "the inference server died (%s); starting a new one and resuming (%d restart(s) left)",
-                    error, self.restarts_left,
+                    error, left,
                 )  # fmt: skip
                 self.backend.stop()
                 self.backend = self._make()
                 self.backend.start()
 
     def _died(self) -> bool:
-        backend = self.backend
-        return not backend.shared and isinstance(backend, HealthChecked) and not backend.healthy()
+        return not self.backend.shared and reports_down(self.backend)

@@ -91,6 +91,12 @@ class HealthChecked(Protocol):
     def healthy(self) -> bool: ...
 
 
+def reports_down(backend: object) -> bool:
+    """True when `backend` can say whether it still serves and says it does not: an error then is
+    the server's death, not a refused request, and no step may be recorded as done with it."""
+    return isinstance(backend, HealthChecked) and not backend.healthy()
+
+
 @runtime_checkable
 class WeightTrainer(Protocol):
     """Turns accepted rollouts (as SFT examples) into a new adapter under a new name."""

@@ -188,6 +188,15 @@ def server_failed(error: BaseException | None) -> bool:
     return isinstance(error, LMProviderError) and (error.status or 0) >= 500
 
 
+def raise_if_server_failed(error: BaseException, caller: str) -> None:
+    """BackendError from `error` when its server failed (`server_failed`): a caller that turns LM
+    errors into a recorded failure (a proposer's empty answer) must not record a dead server as one."""
+    if server_failed(error):
+        raise BackendError(
+            f"the inference server failed during a {caller} call: {type(error).__name__}: {error}"
+        ) from error
+
+
 def task_id_of(example: dspy.Example) -> str:
     """The task id a Rollout records for `example`: its `task_id`, or one derived from its inputs.
 

@@ -253,7 +253,7 @@ class MetaHarness(Teleprompter):
         """What this iteration still has to evaluate, what proposing it cost, and the proposer's
         error. The proposer's answer is recorded before any of it is evaluated, so a resumed
         iteration replays it (even one shorter than asked for) instead of asking again; a proposer
-        that raises yields an empty iteration."""
+        that raises yields an empty iteration, unless its server died (BackendError ends the search)."""
         done = sum(1 for meta in archive.candidates if meta.iteration == iteration)
         if iteration == 0:
             return ([] if done else [root]), ProposerUsage(0, 0), None
@@ -271,6 +271,8 @@ class MetaHarness(Teleprompter):
         before = self.proposer.usage()
         try:
             sources, error = list(self.proposer.propose(archive, wanted))[:wanted], None
+        except BackendError:
+            raise  # its server died: an empty iteration would record a search that found nothing
         except Exception as failure:
             log.exception("iteration %d: the proposer failed; the iteration is empty", iteration)
             sources, error = [], f"{type(failure).__name__}: {failure}"

@@ -35,7 +35,7 @@ from optimizers.weights.epochs import EpochBatches
 from optimizers.weights.sft_from_rollouts import accepted, sft_examples
 from whale_dspy.errors import BackendError, ConfigError, TrainingError
 from whale_dspy.harness import HarnessProgram
-from whale_dspy.protocols import CandidateEvaluator, InferenceBackend, WeightTrainer
+from whale_dspy.protocols import CandidateEvaluator, InferenceBackend, WeightTrainer, reports_down
 from whale_dspy.records import AdapterRef, Rollout, TrainResult
 from whale_dspy.rollouts import Metric
 from whale_dspy.rundir import RunDir
@@ -248,6 +248,8 @@ class RejectionSamplingFinetune(Teleprompter):
             written = time.perf_counter()
             self.backend.load_adapter(result.adapter)
         except (TrainingError, BackendError) as error:
+            if isinstance(error, BackendError) and reports_down(self.backend):
+                raise  # a dead server, not a refused adapter: the step must not be recorded as done
             stage = "training" if isinstance(error, TrainingError) else "loading"
             log.error("RFT step %d: %s %s failed, keeping %s: %s", step, stage, name, _name(parent), error)
             return _Outcome(skipped=f"{stage} {name} failed: {type(error).__name__}", error=error)

@@ -21,6 +21,7 @@ from whale_dspy.defaults import PROPOSER_TEMPERATURE
 from whale_dspy.errors import ConfigError
 from whale_dspy.harness import HarnessSource
 from whale_dspy.records import ProposerUsage
+from whale_dspy.rollouts import raise_if_server_failed
 from whale_dspy.seeding import derive_seed
 
 log = logging.getLogger(__name__)
@@ -101,6 +102,7 @@ class LMProposer:
                     prediction = self.write(**inputs)
                 return prediction.hypothesis or "", prediction.harness_code or ""
             except Exception as error:
+                raise_if_server_failed(error, "LM proposer")
                 log.warning(
                     "LM proposer: attempt %d failed: %s: %s", attempt + 1, type(error).__name__, error
                 )

@@ -26,6 +26,7 @@ from optimizers.harness.proposers.usage import UsageMeter
 from whale_dspy.defaults import PROPOSER_TEMPERATURE
 from whale_dspy.harness import HarnessSource
 from whale_dspy.records import ProposerUsage, Rollout
+from whale_dspy.rollouts import raise_if_server_failed
 from whale_dspy.seeding import derive_seed
 
 log = logging.getLogger(__name__)
@@ -138,6 +139,7 @@ class MechanismProposer:
             with dspy.context(lm=lm, adapter=dspy.JSONAdapter()):  # the choice decoded as the schema's enum
                 prediction = dspy.Predict(signature)(harness=code, results=results, mechanisms=menu)
         except Exception as error:
+            raise_if_server_failed(error, "mechanism proposer")
             self.meter.failed(f"{type(error).__name__}: {error}")
             log.warning("mechanism proposer: %s: %s", type(error).__name__, error)
             return None

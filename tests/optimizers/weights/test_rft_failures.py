@@ -7,7 +7,7 @@ import itertools
 import pytest
 from rft_helpers import make_rft, program, reply, tasks
 
-from whale_dspy.errors import ConfigError, TrainingError
+from whale_dspy.errors import BackendError, ConfigError, TrainingError
 from whale_dspy.records import AdapterRef
 from whale_dspy.testing.fake_trainer import FakeTrainer
 
@@ -65,6 +65,16 @@ def test_an_adapter_that_fails_to_load_leaves_the_previous_one_in_place(tmp_path
     assert failed.adapter == ok.adapter and kept.adapter_name == ok.adapter.name
     assert trainer.calls[2].parent == ok.adapter and after.adapter.name == "policy-r01-s0002"
     assert backend.load_order == ["policy-r01-s0000", "policy-r01-s0002"]
+
+
+def test_a_server_that_died_while_loading_stops_the_step_instead_of_recording_it_skipped(tmp_path):
+    """A resumed run would otherwise keep a step whose rollouts and training were spent and whose
+    adapter never served; a refused adapter (the server still up) stays a skipped step, above."""
+    rft, backend, _ = make_rft(RIGHT, tmp_path, fail_loading={"policy-r01-s0000"})
+    backend.healthy = lambda: False  # it says it is down, as a dead embedded server does
+    with pytest.raises(BackendError, match="failed to load"):
+        next(rft.steps(program(), tasks("ALPHA", "BETA")))
+    assert list(rft.run_dir.events("rft_step")) == []
 
 
 def test_a_retried_step_never_reuses_an_adapter_name(tmp_path):
