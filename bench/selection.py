@@ -33,7 +33,7 @@ import json
 import logging
 import platform
 import random
-import time
+import sys
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from pathlib import Path
@@ -168,15 +168,13 @@ def search(world: dict[str, Any], rule: str, seed: int, args: argparse.Namespace
         config=config,
         evaluator=world["evaluator"](config),
     )
-    decisions, incumbent, started = [], "c0000", time.perf_counter()
+    decisions, incumbent = [], "c0000"
     for signal, _ in meta.iterations(world["student"], world["search"]):
         if signal.decision is not None:
             decisions.append(decision_row(signal, incumbent, meta))
         incumbent = signal.best_name
         if signal.iteration + 1 >= args.iterations:
             break
-    for row in decisions:
-        row["wall_s"] = (time.perf_counter() - started) / max(1, len(decisions))
     return decisions
 
 
@@ -196,6 +194,7 @@ def decision_row(signal: Any, incumbent: str, meta: MetaHarness) -> dict[str, An
         "search_gain": (means[leader] - means[incumbent]) if leader and incumbent in means else None,
         "rollouts": signal.rollouts,
         "lm_calls": signal.lm_calls,
+        "wall_s": signal.seconds,  # as recorded when the iteration ran: a resumed search replays it
         "archive": str(meta.archive_dir),
     }
 
@@ -295,7 +294,12 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
             atomic_write_json(args.out / rule / "decisions.json", rows)
             summaries.append(summary(rule, rows))
     text = table(summaries)
-    record = {"argv": argv, "machine": world["machine"], "node": platform.node(), "summaries": summaries}
+    record = {
+        "argv": sys.argv[1:] if argv is None else argv,
+        "machine": world["machine"],
+        "node": platform.node(),
+        "summaries": summaries,
+    }
     atomic_write_json(args.out / "summary.json", record)
     (args.out / "summary.md").write_text(text + "\n")
     print(text)

@@ -35,7 +35,6 @@ def test_every_decision_of_every_rule_is_read_on_held_out_tasks_and_a_rerun_resu
     assert "| paired |" in capsys.readouterr().out
     reads = sorted(p.name for p in tmp_path.glob("held-out/*.json"))
     again = bench.main([*ARGS, "--out", str(tmp_path)])  # resumes: archives replayed, reads cached
-    assert [{k: v for k, v in s.items() if k != "wall_s"} for s in again] == [
-        {k: v for k, v in s.items() if k != "wall_s"} for s in summaries
-    ]
+    assert again == summaries  # wall time too: each decision's as recorded when it ran, not the replay's
+    assert all(s["wall_s"] > 0 for s in again)
     assert sorted(p.name for p in tmp_path.glob("held-out/*.json")) == reads and paired["decisions"] == 2
