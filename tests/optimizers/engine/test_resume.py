@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from rich.console import Console
 from rundir_helpers import written_by_another_process
 from whale_helpers import (
     Crash,
@@ -14,6 +15,7 @@ from whale_helpers import (
     backend,
     compile_run,
     optimizer,
+    scripted_run,
 )
 
 from optimizers.engine.checkpoint import CHECKPOINT_FILE, engine_events
@@ -239,3 +241,13 @@ def test_a_checkpoint_ahead_of_its_event_log_is_refolded_from_the_log(reference,
     resumed, _, _ = run(run_dir, crashes)
     assert "checkpoint is ahead of the event log" in caplog.text
     assert_resumes_to(reference, run_dir, resumed)
+
+
+def test_a_finished_run_compiled_again_returns_its_report_and_records_nothing(tmp_path):
+    """`whale compare` passes over finished runs on every rerun: each pass had appended a
+    `run_resumed` event (with this machine's environment) to a run that did not run again."""
+    first = scripted_run(tmp_path / "run", console=Console(quiet=True))
+    before = (tmp_path / "run" / "events.jsonl").read_bytes()
+    again = scripted_run(tmp_path / "run", console=Console(quiet=True))
+    assert (tmp_path / "run" / "events.jsonl").read_bytes() == before
+    assert again == first
