@@ -20,7 +20,8 @@ as argmax-large for fewer rollouts a decision.
 
 A rerun with the same --out resumes: archives continue, held-out reads are cached per harness code.
 Records worth keeping are packed into bench/records with bench/pack_records.py (a kept one resumes
-once unpacked into a folder: `tar -xzf bench/records/selection-squad.tar.gz -C runs`).
+once unpacked into a folder: `mkdir -p runs/selection-squad && tar -xzf
+bench/records/selection-squad.tar.gz -C runs/selection-squad`).
 --tiny is a synthetic world on the shipped doubles: every candidate answers correctly on a fixed
 pseudo-random share of tasks (its true rate); most proposals are as good as their parent and one
 in four is 0.2 better, so luck on 8 tasks is the only thing argmax8 can mistake for a gain.

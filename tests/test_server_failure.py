@@ -115,3 +115,11 @@ def test_a_proposer_whose_server_died_stops_the_search_instead_of_an_empty_itera
         optimizer.compile(student(), trainset=[task(0), task(1)])
         rows = list(read_jsonl(tmp_path / "archive" / "iterations.jsonl"))
         assert len(rows) > 1 and [row["candidates"] for row in rows] == [1] + [0] * (len(rows) - 1)
+
+
+def test_the_lm_proposer_retries_a_server_failure_before_it_ends_the_search(tmp_path):
+    """An outside API's passing 503 must not end a run: the retries come first."""
+    lm = ScriptedLM([LMProviderError("busy", status=503), {"hypothesis": "h", "harness_code": TOY}])
+    proposer = LMProposer(lm.copy(num_retries=0), retries=1)
+    hypothesis, code = proposer._ask({}, rollout_id=1)
+    assert (hypothesis, code.strip()) == ("h", TOY.strip())

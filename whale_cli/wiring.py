@@ -212,7 +212,7 @@ class RestartingServer:
         if restarts < 0:
             raise ConfigError(f"--server-restarts must be 0 or more, got {restarts}")
         self._make, self.restarts = make, restarts
-        self.restarted = 0  # over every step, for the caller's records
+        self.restarted = 0  # over every step
         self.backend = make()
 
     def __enter__(self) -> RestartingServer:

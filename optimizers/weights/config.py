@@ -27,7 +27,8 @@ class RFTConfig:
     run_tag None draws a random tag per optimizer, so two runs sharing a server
     never reuse a name. seed: batch order and rollout ids.
     max_failures: consecutive failed trainings/loads tolerated (each is recorded
-    and skipped, the previous adapter stays served) before the error is raised.
+    and skipped, the previous adapter stays served) before the error is raised; a load on a server
+    that reports itself down is raised at once.
     training: the LoRA trainer's settings (the CLI builds the trainer from them).
     """
 

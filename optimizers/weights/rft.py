@@ -9,6 +9,7 @@ Failure policy: a step with no accepted rollout trains nothing and is recorded
 as skipped. A failed training (TrainingError) or a failed load (BackendError)
 is recorded with its error, the previous adapter stays served and bound, and
 the loop goes on: one crash should not throw away an alternation's progress.
+A load on a server that reports itself down is raised instead: the run resumes on a new server.
 After `max_failures` such failures in a row the error is raised, because a
 trainer that keeps failing is broken, and retrying it only burns rollouts.
 """

@@ -94,7 +94,8 @@ class LMProposer:
         return f"{parent}. Already proposed this iteration (choose a different mechanism): {taken}"
 
     def _ask(self, inputs: dict[str, str], rollout_id: int) -> tuple[str, str] | None:
-        """One candidate, retried on LM errors; None (recorded in `failures`) when every try failed."""
+        """One candidate, retried on LM errors; None (recorded in `failures`) when every try failed,
+        unless the last failure was its server's (BackendError: not a proposal that found nothing)."""
         for attempt in range(self.retries + 1):
             lm = self.lm.copy(rollout_id=rollout_id + attempt, temperature=self.temperature)
             try:
@@ -102,7 +103,8 @@ class LMProposer:
                     prediction = self.write(**inputs)
                 return prediction.hypothesis or "", prediction.harness_code or ""
             except Exception as error:
-                raise_if_server_failed(error, "LM proposer")
+                if attempt == self.retries:
+                    raise_if_server_failed(error, "LM proposer")
                 log.warning(
                     "LM proposer: attempt %d failed: %s: %s", attempt + 1, type(error).__name__, error
                 )
