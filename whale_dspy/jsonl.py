@@ -11,9 +11,9 @@ import logging
 import os
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 log = logging.getLogger(__name__)
 _append_lock = threading.Lock()
@@ -71,20 +71,26 @@ def repair_jsonl(path: Path) -> None:
         atomic_write_text(path, "".join(lines[:-1]))
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write via a temporary file and rename, so readers see the old or the new file, never half."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+def atomic_write(path: Path, write: Callable[[BinaryIO], object], *, mode: int = 0o666 & ~_UMASK) -> None:
+    """`write` into a temporary file beside `path`, then rename, so readers see the old or the new
+    file, never half; a failure leaves the old file and no temporary one."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp's 0600 would hide run records from other users
+    os.fchmod(fd, mode)  # mkstemp's 0600 would hide the records from other users
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            write(handle)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """`text` written whole or not at all (`atomic_write`), its folder made first."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, lambda handle: handle.write(text.encode("utf-8")))
 
 
 def atomic_write_json(path: Path, data: Any) -> None:

@@ -32,6 +32,7 @@ from types import TracebackType
 from typing import BinaryIO
 
 from whale_dspy.errors import ConfigError
+from whale_dspy.jsonl import atomic_write
 
 ARCHIVE_SUFFIX = ".tar.gz"
 ARCHIVE_PATHS = "ARCHIVE.tar.gz[/FOLDER]: a record archive reads as a folder (bench/records/README.md)"
@@ -213,15 +214,5 @@ def pack(folder: Path, out: Path) -> str:
     if out.resolve().is_relative_to(folder.resolve()):
         raise ConfigError(f"{out} is inside the folder it packs ({folder}): write it elsewhere")
     files = plain_files(folder)
-    fd, part = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".part")
-    try:
-        with os.fdopen(fd, "wb") as raw:
-            os.fchmod(raw.fileno(), 0o644)  # mkstemp's 0600 would hide the records from other users
-            write_archive(raw, files)
-            raw.flush()
-            os.fsync(raw.fileno())
-        os.replace(part, out)
-    except BaseException:
-        Path(part).unlink(missing_ok=True)
-        raise
+    atomic_write(out, lambda raw: write_archive(raw, files), mode=0o644)
     return hashlib.sha256(out.read_bytes()).hexdigest()
