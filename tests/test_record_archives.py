@@ -5,9 +5,11 @@ link or unpack past the bounds is refused before anything is extracted."""
 from __future__ import annotations
 
 import gzip
+import hashlib
 import io
 import json
 import os
+import re
 import tarfile
 import tempfile
 from pathlib import Path
@@ -219,3 +221,18 @@ def test_extraction_drops_modes_beyond_read_and_write(tmp_path):
     with RecordArchives() as archives:
         mode = (archives.local(archive / "run") / "setuid.json").stat().st_mode
     assert mode & 0o6022 == 0  # no setuid or setgid, no write for group or others
+
+
+def test_every_committed_archive_matches_the_checksum_its_readme_gives():
+    # RESULTS cites these archives by sha256 (bench/records/README.md); a repack without a new
+    # checksum, or an archive left out of the table, would leave a figure pointing at other bytes.
+    records = Path(__file__).resolve().parent.parent / "bench" / "records"
+    listed = dict(
+        re.findall(
+            r"^\| `([^`]+\.tar\.gz)` \|.*\| `([0-9a-f]{64})` \|", (records / "README.md").read_text(), re.M
+        )
+    )
+    archives = {path.name: path for path in records.glob("*.tar.gz")}
+    assert set(listed) == set(archives)
+    for name, path in archives.items():
+        assert hashlib.sha256(path.read_bytes()).hexdigest() == listed[name], name
