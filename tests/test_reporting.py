@@ -8,7 +8,7 @@ import pytest
 from whale_dspy.reporting import markdown_table, paired_table, plot_curves, summarize_methods
 from whale_dspy.reporting.pairs import paired_comparisons
 from whale_dspy.reporting.plots import curves_figure, method_curve, phase_spans, step_values
-from whale_dspy.reporting.tables import reach_table, rollouts_to_reach
+from whale_dspy.reporting.reach import reach_table, rollouts_to_reach
 
 
 def point(rollouts, mean, half=0.1, k=8):
@@ -175,18 +175,57 @@ def test_seeds_that_share_their_start_plot_without_a_negative_error_bar():
     plt.close(curves_figure([*seeds, report("weight-only", [start, start])]))
 
 
-def test_rollouts_to_reach_the_best_baselines_final_count_each_seeds_first_checkpoint_at_it():
+def test_the_bar_is_the_strongest_baselines_peak_and_each_method_reaches_it_on_its_seeds_mean_curve():
     harness_only = report("harness-only", [point(0, 0.2), point(80, 0.65), point(100, 0.45)])
     reach = rollouts_to_reach([*REPORTS, harness_only])
-    assert (reach.baseline, reach.target) == ("harness-only", pytest.approx(0.45))  # its final, not its best
-    assert reach.rollouts == {"whale": [50, 100], "weight-only": [None], "harness-only": [80]}
+    assert (reach.baseline, reach.target, reach.at) == (
+        "harness-only",
+        pytest.approx(0.65),
+        80,
+    )  # peak, not final
+    whale = reach.methods["whale"]  # its seeds' mean curve: 0.2, 0.5 (at 55), 0.6 (at 100)
+    assert whale.rollouts is None and whale.per_seed == [None, 100]
+    assert reach.methods["weight-only"].rollouts is None and reach.methods["harness-only"].rollouts == 80
+    assert whale.low is None and whale.reached is None  # no per-task scores: no interval
+    lower = rollouts_to_reach(REPORTS)  # weight-only's peak 0.3 is the bar
+    assert lower.methods["whale"].rollouts == 55 and lower.methods["whale"].per_seed == [50, 60]
     text = reach_table([*REPORTS, harness_only])
-    assert "harness-only's final 0.450" in text and "| whale | 50, 100 |" in text
-    assert "| weight-only | not reached |" in text
-    assert rollouts_to_reach(REPORTS).rollouts["whale"] == [50, 60]  # weight-only's 0.3 is the bar
+    assert "harness-only's peak 0.650 (at 80)" in text
+    assert "| whale | not reached | n/a | n/a | n/a | not reached, 100 |" in text
     assert reach_table(REPORTS[:2]) == "" and reach_table(REPORTS[2:]) == ""  # one method: nothing to reach
     going = {**report("whale", [point(0, 0.2), point(50, 0.25)]), "finished": None}
-    assert rollouts_to_reach([*REPORTS, going]).rollouts["whale"] == [50, 60, "unfinished"]
+    assert rollouts_to_reach([*REPORTS, going]).methods["whale"].per_seed == [50, 60, "unfinished"]
+
+
+def curve_of(tasks, *levels, at=(0, 100, 200)):
+    """A run's test curve: at each checkpoint every task scores its level plus that task's offset."""
+    return [
+        scored(r, {f"t{i}": [level + offset] for i, offset in enumerate(tasks)})
+        for r, level in zip(at, levels, strict=True)
+    ]
+
+
+def test_the_reach_interval_resamples_seeds_and_tasks_and_says_who_reaches_the_peak_first():
+    tasks = np.random.default_rng(0).uniform(0.0, 0.3, size=40)
+    weight_only = [report("weight-only", curve_of(tasks, 0.1, 0.5, 0.45 + s)) for s in (0.0, 0.02)]
+    early = [
+        report("whale", curve_of(tasks, 0.1, 0.7 + s, 0.7)) for s in (0.0, 0.01)
+    ]  # past the peak at once
+    flat = [report("harness-only", curve_of(tasks, 0.1, 0.1, 0.1)) for _ in range(2)]
+    reach = rollouts_to_reach([*weight_only, *early, *flat])
+    assert (reach.baseline, reach.at) == ("weight-only", 100)
+    whale, never = reach.methods["whale"], reach.methods["harness-only"]
+    assert (whale.rollouts, whale.low, whale.high, whale.reached) == (100, 100, 100, 1.0)
+    assert whale.sooner == 0.0  # at the same checkpoint as the peak: not fewer rollouts
+    assert never.rollouts is None and never.reached == 0.0 and never.low == float("inf")
+    # One seed far below the other: resampling the seeds puts the bar in reach only sometimes.
+    split = [report("whale", curve_of(tasks, 0.1, 0.1, level)) for level in (0.6, 0.3)]
+    uncertain = rollouts_to_reach([*weight_only, *split]).methods["whale"]
+    assert 0.1 < uncertain.reached < 0.9 and (uncertain.low, uncertain.high) == (200, float("inf"))
+    # Reaching the bar one checkpoint before the baseline peaks counts as fewer rollouts.
+    late = [report("weight-only", curve_of(tasks, 0.1, 0.3, 0.5 + s)) for s in (0.0, 0.02)]
+    sooner = rollouts_to_reach([*late, *early]).methods["whale"]
+    assert sooner.rollouts == 100 and sooner.sooner == 1.0
 
 
 def test_runs_recorded_without_per_task_scores_get_no_paired_row():

@@ -28,8 +28,7 @@ def bootstrap_ci(values: Sequence[float], *, seed: int = 0, level: float = CI_LE
     data = np.asarray(values, dtype=float)
     rng = np.random.default_rng(seed)
     tail = (1 - level) / 2
-    resamples = max(BOOTSTRAP_RESAMPLES, math.ceil(TAIL_RESAMPLES / tail))
-    means = data[rng.integers(0, len(data), size=(resamples, len(data)))].mean(axis=1)
+    means = data[rng.integers(0, len(data), size=(resamples_for(level), len(data)))].mean(axis=1)
     return float(np.percentile(means, tail * 100)), float(np.percentile(means, 100 - tail * 100))
 
 
@@ -103,18 +102,30 @@ def seeded_gain(
     b = np.array([[np.mean(s[t]) for t in shared] for s in before], dtype=float)
     rng = np.random.default_rng(seed)
     tail = (1 - level) / 2
-    resamples = max(BOOTSTRAP_RESAMPLES, math.ceil(TAIL_RESAMPLES / tail))
-    draws = rng.integers(0, len(shared), size=(resamples, len(shared)))
-    flat = (draws + len(shared) * np.arange(resamples)[:, None]).ravel()
-    weights = np.bincount(flat, minlength=resamples * len(shared)).reshape(resamples, len(shared))
-    diffs = _seed_means(a, weights, rng) - _seed_means(b, weights, rng)
+    weights = task_weights(rng, resamples_for(level), len(shared))
+    diffs = seed_means(a, weights, rng) - seed_means(b, weights, rng)
     low, high = np.percentile(diffs, [tail * 100, 100 - tail * 100])
     gain = float(a.mean() - b.mean())
     return PairedGain(gain=gain, low=float(low), high=float(high), tasks=len(shared))
 
 
-def _seed_means(scores: np.ndarray, task_weights: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """Per resample: the mean over resampled seeds of each seed's mean over the resampled tasks."""
-    per_seed = task_weights @ scores.T / scores.shape[1]  # resamples x seeds
-    picks = rng.integers(0, scores.shape[0], size=per_seed.shape)
+def resamples_for(level: float) -> int:
+    """Bootstrap resamples for an interval at `level`: enough to place each of its ends."""
+    return max(BOOTSTRAP_RESAMPLES, math.ceil(TAIL_RESAMPLES / ((1 - level) / 2)))
+
+
+def task_weights(rng: np.random.Generator, resamples: int, tasks: int) -> np.ndarray:
+    """resamples x tasks: how often each task is drawn in each resample (one draw of the tasks, shared
+    by every seed and method of a resample, so comparisons stay paired by task)."""
+    draws = rng.integers(0, tasks, size=(resamples, tasks))
+    flat = (draws + tasks * np.arange(resamples)[:, None]).ravel()
+    return np.bincount(flat, minlength=resamples * tasks).reshape(resamples, tasks)
+
+
+def seed_means(scores: np.ndarray, weights: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Per resample: the mean over resampled seeds of each seed's mean over the resampled tasks.
+    `scores` is seeds x tasks (or seeds x checkpoints x tasks, giving resamples x checkpoints)."""
+    per_seed = np.einsum("rt,s...t->rs...", weights, scores) / scores.shape[-1]  # resamples x seeds [x pts]
+    picks = rng.integers(0, scores.shape[0], size=per_seed.shape[:2])
+    picks = picks.reshape(picks.shape + (1,) * (per_seed.ndim - 2))
     return np.take_along_axis(per_seed, picks, axis=1).mean(axis=1)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from whale_dspy.reporting.pairs import paired_table
 from whale_dspy.reporting.plots import plot_curves
-from whale_dspy.reporting.tables import MethodSummary, markdown_table, reach_table, summarize_methods
+from whale_dspy.reporting.reach import reach_table
+from whale_dspy.reporting.tables import MethodSummary, markdown_table, summarize_methods
 
 __all__ = [
     "MethodSummary",
