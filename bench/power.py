@@ -19,7 +19,13 @@ The half-width is t(0.975, 2n - 2) x SE: few seeds give few degrees of freedom.
     python bench/power.py --reads bench/reads/decisive-squad-400 \
         --method whale=whale-fixed-s1,whale-now-s2 --method weight-only=weight-only-s1-f32,weight-only-s2 \
         --within bench/records/decisive-squad.tar.gz/report.json
+    python bench/power.py --reads NEW_READS --method ... \
+        --against-reads bench/reads/decisive-squad-400 --against-method whale=whale-fixed-s1,whale-now-s2 ...
     python bench/power.py --tiny      # CI: synthetic reads with known components, recovered
+
+`--against-*` compares the seed spread of these reads with another comparison's (issue 46: does the
+paired rule's racing shrink the spread between seeds of one recipe?): the ratio of their seed
+variances, each with the residual share its seed means carry, and its F interval.
 
 --reads and --within may go on inside a record archive (bench/records/README.md).
 """
@@ -51,11 +57,13 @@ class Components(NamedTuple):
     sampling: float | None
     seed_df: int
     tasks_read: int
+    seed_mean_square: float | None = None
+    """What `seed + residual / tasks_read` estimates before `seed` is clipped at zero (None: that)."""
 
     def seed_interval(self, level: float = 0.95) -> tuple[float, float]:
         """A chi-square interval for `seed` (its estimate rests on few seeds: it is rough)."""
         tail = (1 - level) / 2
-        total = self.seed + self.residual_share
+        total = self.seed_total
         low = self.seed_df * total / stats.chi2.ppf(1 - tail, self.seed_df) - self.residual_share
         high = self.seed_df * total / stats.chi2.ppf(tail, self.seed_df) - self.residual_share
         return max(low, 0.0), high
@@ -63,6 +71,37 @@ class Components(NamedTuple):
     @property
     def residual_share(self) -> float:
         return self.residual / self.tasks_read
+
+    @property
+    def seed_total(self) -> float:
+        """The variance of one seed's mean over the tasks read: chi-square with `seed_df`."""
+        return self.seed + self.residual_share if self.seed_mean_square is None else self.seed_mean_square
+
+
+class SpreadRatio(NamedTuple):
+    """This comparison's seed variance over another's, each with the residual share its seed means
+    carry (what the seed mean square estimates), and the F interval of the ratio."""
+
+    ratio: float
+    low: float
+    high: float
+
+    def line(self, level: float = 0.95) -> str:
+        sd = SpreadRatio(*np.sqrt(self))
+        verdict = "smaller" if self.high < 1 else "larger" if self.low > 1 else "not different beyond noise"
+        return (
+            f"seed sd here / against: {sd.ratio:.2f} ({level:.0%} interval {sd.low:.2f}-{sd.high:.2f}): "
+            f"{verdict}"
+        )
+
+
+def spread_ratio(here: Components, against: Components, level: float = 0.95) -> SpreadRatio:
+    """`here`'s seed spread against `against`'s: seed + residual / tasks on each side, whose estimates
+    are chi-square with the seed degrees of freedom, so their ratio over the true one is F."""
+    tail = (1 - level) / 2
+    ratio = here.seed_total / against.seed_total
+    f = stats.f(here.seed_df, against.seed_df)
+    return SpreadRatio(ratio, ratio / f.ppf(1 - tail), ratio / f.ppf(tail))
 
 
 def matrix(per_seed: Sequence[Mapping[str, Sequence[float]]], tasks: Sequence[str]) -> Scores:
@@ -87,8 +126,9 @@ def components(methods: Mapping[str, Scores], sampling: float | None = None) -> 
         raise SystemExit("the seed component needs a method read at two seeds or more")
     residual = resid_ss / resid_df
     seed = max((seed_ss / seed_df - residual) / tasks, 0.0)
-    task = float(np.mean([pair_task_variance(a, b, residual) for a, b in combinations(methods.values(), 2)]))
-    return Components(seed, residual, task, sampling, seed_df, tasks_read=tasks)
+    pairs = [pair_task_variance(a, b, residual) for a, b in combinations(methods.values(), 2)]
+    task = float(np.mean(pairs)) if pairs else 0.0  # one method (a spread to compare against): no gap
+    return Components(seed, residual, task, sampling, seed_df, tasks, seed_ss / seed_df / tasks)
 
 
 def pair_task_variance(a: Scores, b: Scores, residual: float) -> float:
@@ -157,6 +197,16 @@ def load_reads(folder: Path, names: Sequence[str]) -> list[dict[str, list[float]
     return [json.loads((folder / name / "report.json").read_text())["per_task"] for name in names]
 
 
+def read_methods(folder: Path, specs: Sequence[str]) -> dict[str, Scores]:
+    """Each `NAME=READ,READ,...` spec's reads as seeds x tasks, on the tasks every read shares."""
+    per_method = {}
+    for spec in specs:
+        name, reads = spec.split("=", 1)
+        per_method[name] = load_reads(folder, reads.split(","))
+    tasks = sorted(set.intersection(*(set(s) for seeds in per_method.values() for s in seeds)))
+    return {name: matrix(seeds, tasks) for name, seeds in per_method.items()}
+
+
 def within_task_variance(path: Path) -> float:
     """The mean variance between one task's samples in the final checkpoints of a comparison's runs
     (those with k > 1): what a read at k samples a task divides by k."""
@@ -196,6 +246,10 @@ def main(argv: Sequence[str] | None = None) -> Components:
     parser.add_argument("--target", type=float, default=0.05, help="the 95%% half-width wanted")
     parser.add_argument("--tasks", default="80,200,400", help="test task counts to size")
     parser.add_argument("--k", default="1,2,4", help="samples per task to size")
+    parser.add_argument("--against-reads", type=Path, help="another comparison's read folders")
+    parser.add_argument(
+        "--against-method", action="append", default=[], help="NAME=READ,READ,... of --against-reads"
+    )
     parser.add_argument("--tiny", action="store_true", help="synthetic reads with known components")
     args = parser.parse_args(argv)
     if args.tiny:
@@ -205,19 +259,21 @@ def main(argv: Sequence[str] | None = None) -> Components:
     else:
         if args.reads is None or len(args.method) < 2:
             parser.error("give --reads and at least two --method NAME=READ,READ")
+        if bool(args.against_reads) != bool(args.against_method):
+            parser.error("give --against-reads with its --against-method NAME=READ,READ")
         with RecordArchives() as archives:
-            per_method = {}
-            for spec in args.method:
-                name, reads = spec.split("=", 1)
-                per_method[name] = load_reads(archives.local(args.reads), reads.split(","))
+            methods = read_methods(archives.local(args.reads), args.method)
             sampling = None if args.within is None else within_task_variance(archives.local(args.within))
-        tasks = sorted(set.intersection(*(set(s) for seeds in per_method.values() for s in seeds)))
-        methods = {name: matrix(seeds, tasks) for name, seeds in per_method.items()}
+            against = args.against_reads and read_methods(
+                archives.local(args.against_reads), args.against_method
+            )
         c = components(methods, sampling)
         print(
-            f"{len(tasks)} shared tasks; methods: "
+            f"{next(iter(methods.values())).shape[1]} shared tasks; methods: "
             + ", ".join(f"{n} ({len(s)} seeds)" for n, s in methods.items())
         )
+        if against:
+            print(spread_ratio(c, components(against)).line())
     print(
         report(c, args.target, [int(t) for t in args.tasks.split(",")], [int(k) for k in args.k.split(",")])
     )

@@ -54,3 +54,28 @@ def test_reads_and_the_within_report_are_read_from_a_record_archive(tmp_path, ca
         argv = ["--reads", str(base / "reads"), "--method", "a=a1,a2", "--method", "b=b1,b2"]
         found.append(bench.main([*argv, "--within", str(base / "report.json")]))
     assert found[1] == found[0] and found[0].sampling == pytest.approx(1 / 3)
+    capsys.readouterr()
+    bench.main([*argv, "--against-reads", str(base / "reads"), "--against-method", "a=a1,a2"])
+    assert "seed sd here / against:" in capsys.readouterr().out
+
+
+def test_the_spread_ratio_interval_holds_the_true_ratio_and_tells_a_smaller_spread():
+    # The F interval of one comparison's seed spread over another's covers the true ratio (of seed
+    # variance plus the residual share seed means carry) about 95% of the time, and a spread five
+    # times smaller is told apart at five seeds a side.
+    bench = load_bench("power")
+    rng = np.random.default_rng(3)
+    narrow, wide = {**bench.TINY_SD, "seed": 0.02}, {**bench.TINY_SD, "seed": 0.10}
+    truth = (0.02**2 + 0.25**2 / 60) / (0.10**2 + 0.25**2 / 60)
+    covered = 0
+    for _ in range(400):  # issue 46's shape: five seeds of four methods against two seeds
+        here = bench.components(bench.synthetic(rng, methods=4, seeds=5, tasks=60, sd=narrow))
+        against = bench.components(bench.synthetic(rng, methods=4, seeds=2, tasks=60, sd=wide))
+        found = bench.spread_ratio(here, against)
+        covered += found.low < truth < found.high
+    assert 0.92 <= covered / 400 <= 0.98  # 0.89 with the F's degrees of freedom swapped
+    here = bench.components(bench.synthetic(rng, methods=4, seeds=5, tasks=200, sd=narrow))
+    against = bench.components(bench.synthetic(rng, methods=4, seeds=5, tasks=200, sd=wide))
+    assert bench.spread_ratio(here, against).high < 1
+    same = bench.components(bench.synthetic(rng, methods=4, seeds=5, tasks=200, sd=wide))
+    assert bench.spread_ratio(same, against).line().endswith("not different beyond noise")
