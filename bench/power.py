@@ -58,7 +58,8 @@ class Components(NamedTuple):
     seed_df: int
     tasks_read: int
     seed_mean_square: float | None = None
-    """What `seed + residual / tasks_read` estimates before `seed` is clipped at zero (None: that)."""
+    """The seed mean square over tasks read, which estimates `seed + residual / tasks_read` and, unlike
+    `seed`, is never clipped at zero; None: take that sum."""
 
     def seed_interval(self, level: float = 0.95) -> tuple[float, float]:
         """A chi-square interval for `seed` (its estimate rests on few seeds: it is rough)."""
@@ -66,7 +67,7 @@ class Components(NamedTuple):
         total = self.seed_total
         low = self.seed_df * total / stats.chi2.ppf(1 - tail, self.seed_df) - self.residual_share
         high = self.seed_df * total / stats.chi2.ppf(tail, self.seed_df) - self.residual_share
-        return max(low, 0.0), high
+        return max(low, 0.0), max(high, 0.0)
 
     @property
     def residual_share(self) -> float:
@@ -90,7 +91,7 @@ class SpreadRatio(NamedTuple):
         sd = SpreadRatio(*np.sqrt(self))
         verdict = "smaller" if self.high < 1 else "larger" if self.low > 1 else "not different beyond noise"
         return (
-            f"seed sd here / against: {sd.ratio:.2f} ({level:.0%} interval {sd.low:.2f}-{sd.high:.2f}): "
+            f"seed-mean sd here / against: {sd.ratio:.2f} ({level:.0%} interval {sd.low:.2f}-{sd.high:.2f}): "
             f"{verdict}"
         )
 
@@ -98,6 +99,8 @@ class SpreadRatio(NamedTuple):
 def spread_ratio(here: Components, against: Components, level: float = 0.95) -> SpreadRatio:
     """`here`'s seed spread against `against`'s: seed + residual / tasks on each side, whose estimates
     are chi-square with the seed degrees of freedom, so their ratio over the true one is F."""
+    if against.seed_total <= 0:
+        raise SystemExit("the seeds compared against read identically: they have no spread to compare with")
     tail = (1 - level) / 2
     ratio = here.seed_total / against.seed_total
     f = stats.f(here.seed_df, against.seed_df)
@@ -186,25 +189,41 @@ def report(c: Components, target: float, tasks: Sequence[int], ks: Sequence[int]
         f"seeds per method for ±{target:.2f} at {max(tasks)} tasks, k=1, if the seed sd were at its "
         "interval's ends: "
         + ", ".join(
-            f"sd {np.sqrt(v):.3f}: {seeds_needed(c._replace(seed=v), max(tasks), target) or 'over 200'}"
+            f"sd {np.sqrt(v):.3f}: {seeds_needed(at_seed(c, v), max(tasks), target) or 'over 200'}"
             for v in (low, high)
         ),
     ]
     return "\n".join(lines)
 
 
+def at_seed(c: Components, seed: float) -> Components:
+    """`c` with another seed component (and the mean square that goes with it)."""
+    return c._replace(seed=seed, seed_mean_square=None)
+
+
 def load_reads(folder: Path, names: Sequence[str]) -> list[dict[str, list[float]]]:
     return [json.loads((folder / name / "report.json").read_text())["per_task"] for name in names]
 
 
-def read_methods(folder: Path, specs: Sequence[str]) -> dict[str, Scores]:
-    """Each `NAME=READ,READ,...` spec's reads as seeds x tasks, on the tasks every read shares."""
+Reads = dict[str, list[dict[str, list[float]]]]
+"""Each method's reads (one per seed), as per-task scores."""
+
+
+def read_methods(folder: Path, specs: Sequence[str]) -> Reads:
+    """Each `NAME=READ,READ,...` spec's reads."""
     per_method = {}
     for spec in specs:
         name, reads = spec.split("=", 1)
         per_method[name] = load_reads(folder, reads.split(","))
-    tasks = sorted(set.intersection(*(set(s) for seeds in per_method.values() for s in seeds)))
-    return {name: matrix(seeds, tasks) for name, seeds in per_method.items()}
+    return per_method
+
+
+def shared_tasks(*sides: Reads) -> list[str]:
+    return sorted(set.intersection(*(set(s) for side in sides for seeds in side.values() for s in seeds)))
+
+
+def on_tasks(reads: Reads, tasks: Sequence[str]) -> dict[str, Scores]:
+    return {name: matrix(seeds, tasks) for name, seeds in reads.items()}
 
 
 def within_task_variance(path: Path) -> float:
@@ -262,18 +281,24 @@ def main(argv: Sequence[str] | None = None) -> Components:
         if bool(args.against_reads) != bool(args.against_method):
             parser.error("give --against-reads with its --against-method NAME=READ,READ")
         with RecordArchives() as archives:
-            methods = read_methods(archives.local(args.reads), args.method)
+            reads = read_methods(archives.local(args.reads), args.method)
             sampling = None if args.within is None else within_task_variance(archives.local(args.within))
             against = args.against_reads and read_methods(
                 archives.local(args.against_reads), args.against_method
             )
+        methods = on_tasks(reads, shared_tasks(reads))
         c = components(methods, sampling)
         print(
             f"{next(iter(methods.values())).shape[1]} shared tasks; methods: "
             + ", ".join(f"{n} ({len(s)} seeds)" for n, s in methods.items())
         )
         if against:
-            print(spread_ratio(c, components(against)).line())
+            both = shared_tasks(reads, against)  # a seed mean's spread depends on how many tasks it averages
+            print(
+                f"against, on the {len(both)} tasks both read: "
+                + ", ".join(f"{n} ({len(s)} seeds)" for n, s in against.items())
+            )
+            print(spread_ratio(components(on_tasks(reads, both)), components(on_tasks(against, both))).line())
     print(
         report(c, args.target, [int(t) for t in args.tasks.split(",")], [int(k) for k in args.k.split(",")])
     )

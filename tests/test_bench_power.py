@@ -56,7 +56,8 @@ def test_reads_and_the_within_report_are_read_from_a_record_archive(tmp_path, ca
     assert found[1] == found[0] and found[0].sampling == pytest.approx(1 / 3)
     capsys.readouterr()
     bench.main([*argv, "--against-reads", str(base / "reads"), "--against-method", "a=a1,a2"])
-    assert "seed sd here / against:" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "against, on the 30 tasks both read: a (2 seeds)" in out and "seed-mean sd here / against:" in out
 
 
 def test_the_spread_ratio_interval_holds_the_true_ratio_and_tells_a_smaller_spread():
@@ -74,6 +75,17 @@ def test_the_spread_ratio_interval_holds_the_true_ratio_and_tells_a_smaller_spre
         found = bench.spread_ratio(here, against)
         covered += found.low < truth < found.high
     assert 0.92 <= covered / 400 <= 0.98  # 0.89 with the F's degrees of freedom swapped
+    # No seed spread at all on this side: a seed variance clipped at zero would cover every time.
+    zero, some = {**bench.TINY_SD, "seed": 0.0}, {**bench.TINY_SD, "seed": 0.05}
+    truth = (0.25**2 / 60) / (0.05**2 + 0.25**2 / 60)
+    covered = 0
+    for _ in range(400):
+        here = bench.components(bench.synthetic(rng, methods=4, seeds=5, tasks=60, sd=zero))
+        against = bench.components(bench.synthetic(rng, methods=4, seeds=2, tasks=60, sd=some))
+        found = bench.spread_ratio(here, against)
+        covered += found.low < truth < found.high
+        assert here.seed_interval()[1] >= 0  # the interval's upper end, unclipped, could fall below zero
+    assert 0.92 <= covered / 400 <= 0.98  # 1.0 with the seed variance clipped
     here = bench.components(bench.synthetic(rng, methods=4, seeds=5, tasks=200, sd=narrow))
     against = bench.components(bench.synthetic(rng, methods=4, seeds=5, tasks=200, sd=wide))
     assert bench.spread_ratio(here, against).high < 1

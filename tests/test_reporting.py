@@ -228,6 +228,30 @@ def test_the_reach_interval_resamples_seeds_and_tasks_and_says_who_reaches_the_p
     assert sooner.rollouts == 100 and sooner.sooner == 1.0
 
 
+def test_reaching_the_bar_at_the_last_checkpoint_is_never_before_a_peak_at_the_baselines_last():
+    # Runs stop a few rollouts apart where a unit no longer fits: 318 against 320 is no speed.
+    tasks = np.random.default_rng(1).uniform(0.0, 0.3, size=30)
+    weight_only = [report("weight-only", curve_of(tasks, 0.1, 0.3, 0.5, at=(0, 176, 320))) for _ in range(2)]
+    whale = [report("whale", curve_of(tasks, 0.1, 0.2, 0.6, at=(0, 192, 318))) for _ in range(2)]
+    reach = rollouts_to_reach([*weight_only, *whale]).methods["whale"]
+    assert reach.rollouts == 318 and reach.reached == 1.0 and reach.sooner == 0.0
+
+
+def test_the_reach_interval_resamples_the_tasks_and_whole_seed_curves():
+    rng = np.random.default_rng(2)
+    base = [report("weight-only", curve_of(rng.uniform(0.0, 0.3, size=40), 0.1, 0.5, 0.4))]
+    # One seed a side, the bar met on average but not task by task: only the tasks' draw decides.
+    level = [report("whale", curve_of(rng.uniform(0.0, 0.3, size=40), 0.1, 0.1, 0.5))]
+    share = rollouts_to_reach([*base, *level]).methods["whale"].reached
+    assert 0.2 < share < 0.8
+    # Two seeds, each past the bar at a different checkpoint: the bar is met only where the same seed is
+    # drawn twice (half the resamples); drawing seeds anew at each checkpoint would give 7/16.
+    flat = np.zeros(40)
+    bar = [report("weight-only", curve_of(flat, 0.1, 0.7, 0.6))]
+    crossed = [report("whale", curve_of(flat, 0.1, 0.8, 0.2)), report("whale", curve_of(flat, 0.1, 0.2, 0.8))]
+    assert rollouts_to_reach([*bar, *crossed]).methods["whale"].reached == pytest.approx(0.5, abs=0.03)
+
+
 def test_runs_recorded_without_per_task_scores_get_no_paired_row():
     assert paired_comparisons(REPORTS) == []
 
