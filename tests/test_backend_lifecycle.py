@@ -199,7 +199,11 @@ def test_a_live_server_that_answers_health_late_is_not_read_as_dead(tmp_path: Pa
         httpx.post(f"{server.url}/fake/slow_health", json={"seconds": 1.0, "times": 1}, timeout=5)
         assert not server.healthy(timeout_s=0.3, tries=1)
         httpx.post(f"{server.url}/fake/kill_engine", json={}, timeout=5)
+        probes = httpx.get(f"{server.url}/fake/health_probes", timeout=5).json()["probes"]
         assert not server.healthy(timeout_s=0.3, tries=3)
+        assert (
+            httpx.get(f"{server.url}/fake/health_probes", timeout=5).json()["probes"] == probes + 1
+        )  # at once
 
 
 class ScriptedHealth:

@@ -8,11 +8,12 @@ the client really sent. POST /fake/kill_engine makes it act like a vLLM whose
 engine died: /health and completions answer 500 while the process runs on; POST
 /fake/fail_completions makes only completions answer 500; POST /fake/slow_health
 {"seconds": S, "times": N} makes the next N /health probes wait S seconds (a live
-server on loaded cores). A load of a name it holds is refused (400) as vLLM
-refuses it, and a prompt saying REJECT gets a 400 (a harness's own failure).
---delay S makes each completion take S seconds (calls in flight when a test
-kills it). --engine starts a child process that does nothing, as vLLM starts its
-engine core: a grandchild of whoever started the server.
+server on loaded cores), and GET /fake/health_probes counts the probes so far. A
+load of a name it holds is refused (400) as vLLM refuses it, and a prompt saying
+REJECT gets a 400 (a harness's own failure). --delay S makes each completion take
+S seconds (calls in flight when a test kills it). --engine starts a child process
+that does nothing, as vLLM starts its engine core: a grandchild of whoever
+started the server.
 
 Completions (`/v1/completions`) answer with vLLM's `prompt_logprobs`, moved by an adapter only where
 its keys land (fake_scores.py), so the adapter probe runs against it.
@@ -83,7 +84,7 @@ def main() -> None:
     landed: set[str] = set()  # the adapters that change the fake model's scores
     engine_dead = threading.Event()
     completions_fail = threading.Event()
-    slow_health = {"seconds": 0.0, "times": 0}
+    slow_health = {"seconds": 0.0, "times": 0, "probes": 0}
 
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *args: object) -> None:
@@ -99,10 +100,13 @@ def main() -> None:
 
         def do_GET(self) -> None:
             if self.path == "/health":
+                slow_health["probes"] += 1
                 if slow_health["times"] > 0:
                     slow_health["times"] -= 1
                     time.sleep(slow_health["seconds"])
                 self.reply(500 if engine_dead.is_set() else 200, {})
+            elif self.path == "/fake/health_probes":
+                self.reply(200, {"probes": slow_health["probes"]})
             elif self.path == "/v1/models":  # as vLLM lists them: the base under its name, with its root
                 root = {"id": args.served_model_name, "root": args.model, "parent": None}
                 self.reply(
