@@ -94,17 +94,25 @@ def test_a_worker_past_its_timeout_is_killed_and_reported(tmp_path):
     assert not (tmp_path / "t" / "adapter").exists()
 
 
-SLEEPING_LAUNCHER = (
-    "import json, sys, time; start = time.time(); time.sleep(0.3); "
-    "open(sys.argv[1], 'a').write(json.dumps([start, time.time()]) + '\\n')"
-)
-"""A launcher standing in for the worker: it records when it ran (0.3 s) and ignores the command."""
+SLEEPING_LAUNCHER = """
+import json, sys, time
+spans, wait_s = sys.argv[1], float(sys.argv[2])
+start = time.time()
+with open(spans + ".started", "a") as started:
+    started.write("x")
+time.sleep(0.3)
+while time.time() - start < wait_s and len(open(spans + ".started").read()) < 2:
+    time.sleep(0.05)  # the other has not started yet: on loaded cores it may take seconds
+open(spans, "a").write(json.dumps([start, time.time()]) + "\\n")
+"""
+"""A launcher standing in for the worker: it records when it ran (0.3 s, or until the other one has
+started, `wait_s` at most) and ignores the command."""
 
 
-def training_spans(tmp_path: Path, device: str) -> list[tuple[float, float]]:
-    """(start, end) of two trainings started at once, each a stand-in worker that takes 0.3 s."""
+def training_spans(tmp_path: Path, device: str, wait_s: float = 0.0) -> list[tuple[float, float]]:
+    """(start, end) of two trainings started at once, each a stand-in worker."""
     spans = tmp_path / "spans.jsonl"
-    launcher = (sys.executable, "-c", SLEEPING_LAUNCHER, str(spans))
+    launcher = (sys.executable, "-c", SLEEPING_LAUNCHER, str(spans), str(wait_s))
     trainer = LoraTrainer(LoraTrainingConfig(device=device), launcher=launcher)
     threads = [
         threading.Thread(target=trainer._run_worker, args=(tmp_path / f"spec{i}", tmp_path / f"log{i}"))
@@ -123,7 +131,9 @@ def test_cpu_trainings_on_one_machine_take_turns(tmp_path):
 
 
 def test_gpu_trainings_do_not_wait_for_each_other(tmp_path):
-    first, second = training_spans(tmp_path, "cuda")
+    # Each waits (30 s at most) for the other to start, so a second process slow to start on loaded
+    # cores still overlaps the first; trainings that took turns would not, however long they waited.
+    first, second = training_spans(tmp_path, "cuda", wait_s=30)
     assert second[0] < first[1]
 
 
