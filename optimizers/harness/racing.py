@@ -14,6 +14,7 @@ and paid for.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -119,7 +120,21 @@ def race(
         alive = [c for c in alive if c not in dropped]
         if not alive:
             return decided.done(None, f"every candidate dropped after {size} tasks", seen, rounds)
-    return decided.done(None, f"no candidate cleared {acceptance.rule} on {done} tasks", tasks, rounds)
+    reason = f"no candidate cleared {acceptance.rule} on {done} tasks"
+    return decided.done(None, reason + _short_of(acceptance, rounds[-1].bounds, alive), tasks, rounds)
+
+
+def _short_of(acceptance: Acceptance, bounds: Mapping[str, PairedBound], alive: Sequence[str]) -> str:
+    """How far a refused race's leader fell short: the lead that would have cleared at its spread,
+    which says whether more selection tasks could ever decide such a gain."""
+    if not acceptance.races or not alive:
+        return ""
+    leader = max(alive, key=lambda c: bounds[c].gain)
+    bound = bounds[leader]
+    if not (math.isfinite(bound.low) and math.isfinite(bound.gain)):
+        return ""
+    needed = acceptance.margin + bound.gain - bound.low
+    return f" (leader {leader} {bound.gain:+.3f}; at its spread a lead above {needed:+.3f} clears)"
 
 
 def _ranker(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 
@@ -97,6 +98,20 @@ def test_the_margin_must_be_cleared_by_the_lower_bound():
     assert race("h0", ["plus"], TASKS, Table({"h0": h0, "plus": plus}), Acceptance(), start=8).adopted
     refused = race("h0", ["plus"], TASKS, Table({"h0": h0, "plus": plus}), Acceptance(margin=0.2), start=8)
     assert refused.adopted is None and "plus" in refused.rounds[-1].dropped  # hopeless: dropped
+
+
+def test_a_refused_race_says_what_lead_would_have_cleared_at_its_spread():
+    # A user who sees nothing adopted must learn whether more selection tasks could ever decide it.
+    h0 = {t: float(i % 2 == 0) for i, t in enumerate(TASKS)}
+    close = {t: float(i % 2 == 0 or i % 7 == 0) - float(i % 23 == 0) for i, t in enumerate(TASKS)}  # +0.031
+    refused = race("h0", ["close"], TASKS, Table({"h0": h0, "close": close}), Acceptance(), start=8)
+    assert refused.adopted is None and refused.reason.startswith("no candidate cleared paired on 64 tasks")
+    needed = float(re.search(r"a lead above ([+-][0-9.]+) clears", refused.reason).group(1))
+    lead = refused.rounds[-1].bounds["close"].gain
+    for shift, adopted in ((needed - lead + 0.002, "close"), (needed - lead - 0.002, None)):
+        moved = {t: score + shift for t, score in close.items()}  # the same spread, a larger lead
+        again = race("h0", ["close"], TASKS, Table({"h0": h0, "close": moved}), Acceptance(), start=8)
+        assert again.adopted == adopted
 
 
 def test_identical_differences_are_no_evidence_of_zero_spread():
