@@ -265,7 +265,9 @@ def main(argv: Sequence[str] | None = None) -> Components:
     parser.add_argument("--target", type=float, default=0.05, help="the 95%% half-width wanted")
     parser.add_argument("--tasks", default="80,200,400", help="test task counts to size")
     parser.add_argument("--k", default="1,2,4", help="samples per task to size")
-    parser.add_argument("--against-reads", type=Path, help="another comparison's read folders")
+    parser.add_argument(
+        "--against-reads", type=Path, help="another comparison's read folders, read at the same k"
+    )
     parser.add_argument(
         "--against-method", action="append", default=[], help="NAME=READ,READ,... of --against-reads"
     )
@@ -294,6 +296,8 @@ def main(argv: Sequence[str] | None = None) -> Components:
         )
         if against:
             both = shared_tasks(reads, against)  # a seed mean's spread depends on how many tasks it averages
+            if len(both) < 2:
+                parser.error(f"the two comparisons share {len(both)} read tasks: at least two are needed")
             print(
                 f"against, on the {len(both)} tasks both read: "
                 + ", ".join(f"{n} ({len(s)} seeds)" for n, s in against.items())

@@ -228,13 +228,33 @@ def test_the_reach_interval_resamples_seeds_and_tasks_and_says_who_reaches_the_p
     assert sooner.rollouts == 100 and sooner.sooner == 1.0
 
 
-def test_reaching_the_bar_at_the_last_checkpoint_is_never_before_a_peak_at_the_baselines_last():
-    # Runs stop a few rollouts apart where a unit no longer fits: 318 against 320 is no speed.
+def ended(run, reason):
+    """`run` with one phase that ended for `reason` ("budget": the next unit no longer fit)."""
+    return {**run, "phases": [{"phase": "weight", "reason": reason}]}
+
+
+def test_before_means_an_earlier_checkpoint_slot_not_a_few_rollouts_fewer():
+    # Checkpoints land on the first unit boundary past each eval_every: 176 and 192 are one slot, and
+    # runs that stop where the next unit no longer fits (318, 320, 286) all end at the budget.
     tasks = np.random.default_rng(1).uniform(0.0, 0.3, size=30)
-    weight_only = [report("weight-only", curve_of(tasks, 0.1, 0.3, 0.5, at=(0, 176, 320))) for _ in range(2)]
-    whale = [report("whale", curve_of(tasks, 0.1, 0.2, 0.6, at=(0, 192, 318))) for _ in range(2)]
-    reach = rollouts_to_reach([*weight_only, *whale]).methods["whale"]
-    assert reach.rollouts == 318 and reach.reached == 1.0 and reach.sooner == 0.0
+    weight_only = [ended(report("weight-only", curve_of(tasks, 0.1, 0.3, 0.5, at=(0, 192, 320))), "budget")]
+    whale = [ended(report("whale", curve_of(tasks, 0.1, 0.6, 0.6, at=(0, 176, 318))), "budget")]
+    at_end = [ended(report("harness-only", curve_of(tasks, 0.1, 0.6, at=(0, 286))), "budget")]
+    reach = rollouts_to_reach([*weight_only, *whale, *at_end]).methods
+    assert reach["whale"].rollouts == 176 and reach["whale"].sooner == 1.0  # slot 1 before slot 2
+    assert reach["harness-only"].rollouts == 286 and reach["harness-only"].sooner == 0.0  # both at the end
+    late = [ended(report("weight-only", curve_of(tasks, 0.1, 0.5, 0.4, at=(0, 192, 320))), "budget")]
+    assert rollouts_to_reach([*late, *whale]).methods["whale"].sooner == 0.0  # 176 against a peak at 192
+    # A run that stopped early, not for the budget, keeps its slot: fewer rollouts indeed.
+    early = [ended(report("whale", curve_of(tasks, 0.1, 0.6, at=(0, 286))), "schedule")]
+    assert rollouts_to_reach([*weight_only, *early]).methods["whale"].sooner == 1.0
+
+
+def test_a_method_with_no_finished_run_is_unfinished_even_where_a_seed_reached_the_bar():
+    going = [{**report("harness-only", [point(0, 0.2), point(50, 0.8)]), "finished": None} for _ in range(2)]
+    going[1]["curve"] = [point(0, 0.2)]
+    text = reach_table([*REPORTS, *going])
+    assert "| harness-only | unfinished | n/a | n/a | n/a | 50, unfinished |" in text
 
 
 def test_the_reach_interval_resamples_the_tasks_and_whole_seed_curves():

@@ -125,16 +125,17 @@ def race(
 
 
 def _short_of(acceptance: Acceptance, bounds: Mapping[str, PairedBound], alive: Sequence[str]) -> str:
-    """How far a refused race's leader fell short: the lead that would have cleared at its spread,
-    which says whether more selection tasks could ever decide such a gain."""
+    """How far the candidate nearest to clearing (the highest lower bound) fell short: the lead that
+    would have cleared at its spread, which says whether a larger or less noisy selection slice
+    could decide such gains."""
     if not acceptance.races or not alive:
         return ""
-    leader = max(alive, key=lambda c: bounds[c].gain)
+    leader = max(alive, key=lambda c: bounds[c].low)
     bound = bounds[leader]
     if not (math.isfinite(bound.low) and math.isfinite(bound.gain)):
         return ""
     needed = acceptance.margin + bound.gain - bound.low
-    return f" (leader {leader} {bound.gain:+.3f}; at its spread a lead above {needed:+.3f} clears)"
+    return f" (nearest {leader} {bound.gain:+.3f}; at its spread a lead above {needed:+.3f} clears)"
 
 
 def _ranker(

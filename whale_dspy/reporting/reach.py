@@ -26,11 +26,14 @@ class MethodReach:
     `rollouts` is the first checkpoint at which its seeds' mean curve (checkpoints aligned by their
     order) reaches the bar, None if it never does. `low`/`high` bound it over seeds and tasks (NEVER:
     the curve misses the bar at that end), `reached` is the share of resamples in which it reaches the
-    bar at all and `sooner` the share in which it does so at fewer rollouts than the baseline's own
-    peak, each run's last checkpoint counting as the end of the budget (runs stop a few rollouts apart
-    where a unit no longer fits, which says nothing of speed); all three are None without per-task
-    scores or a finished run (`rollouts` too, then). `per_seed` is each seed's own first checkpoint
-    at the bar (None: never; UNFINISHED: a run still going that has not yet)."""
+    bar at all and `sooner` the share in which it does so at an earlier checkpoint than the one where
+    the baseline peaks. Checkpoints are ordered by their slot, not their rollouts: a comparison's runs
+    share `eval_every`, and the n-th checkpoint of each lands on the first unit boundary past n x
+    eval_every (176 or 192 rollouts for 163), so only an earlier slot is fewer rollouts; a last
+    checkpoint where the budget ran out is every such run's last slot. All three are None without
+    per-task scores or a finished run (`rollouts` too, then, and `finished` is False). `per_seed` is
+    each seed's own first checkpoint at the bar (None: never; UNFINISHED: a run still going that has
+    not yet)."""
 
     rollouts: float | None
     low: float | None
@@ -38,6 +41,7 @@ class MethodReach:
     reached: float | None
     sooner: float | None
     per_seed: list[int | str | None]
+    finished: bool = True
 
 
 @dataclass(frozen=True)
@@ -67,12 +71,14 @@ def rollouts_to_reach(
     baseline = max(baselines, key=lambda label: mean_curves[label].max())
     peak = int(mean_curves[baseline].argmax())
     target = float(mean_curves[baseline][peak])
-    resampled = _resampled_reach(groups, positions, baseline, seed=seed, level=level)
+    resampled = _resampled_reach(
+        groups, positions, _slots(groups, positions), baseline, seed=seed, level=level
+    )
 
     def reach(label: str) -> MethodReach:
         per_seed = [_seed_reach(run, target) for run in groups[label]]
         if label not in mean_curves:
-            return MethodReach(None, None, None, None, None, per_seed)
+            return MethodReach(None, None, None, None, None, per_seed, finished=False)
         point = _finite(_first_at(mean_curves[label][None], target, positions[label])[0])
         if label not in resampled:
             return MethodReach(point, None, None, None, None, per_seed)
@@ -125,6 +131,7 @@ def _seed_reach(run: dict[str, Any], target: float) -> int | str | None:
 def _resampled_reach(
     groups: dict[str, list[dict[str, Any]]],
     positions: dict[str, np.ndarray],
+    slots: dict[str, np.ndarray],
     baseline: str,
     *,
     seed: int,
@@ -150,22 +157,31 @@ def _resampled_reach(
     }  # resamples x pts
     base = curves[baseline]
     peaks = base.max(axis=1)
-    end = max(p[-1] for p in positions.values())  # every run's last checkpoint: the budget's end
-    peak_at = _at_end(positions[baseline], end)[base.argmax(axis=1)]
+    peak_slot = slots[baseline][base.argmax(axis=1)]
     tail = (1 - level) / 2 * 100
     out = {}
     for label, curve in curves.items():
         reaches = _first_at(curve, peaks, positions[label])
         low = float(np.percentile(reaches, tail, method="lower"))
         high = float(np.percentile(reaches, 100 - tail, method="higher"))
-        sooner = _first_at(curve, peaks, _at_end(positions[label], end)) < peak_at
+        sooner = _first_at(curve, peaks, slots[label]) < peak_slot
         out[label] = (reaches, low, high, float(sooner.mean()))
     return out
 
 
-def _at_end(rollouts: np.ndarray, end: float) -> np.ndarray:
-    """Checkpoint positions with the last one at the budget's end, to order reaches across methods."""
-    return np.append(rollouts[:-1], end)
+def _slots(
+    groups: dict[str, list[dict[str, Any]]], positions: dict[str, np.ndarray]
+) -> dict[str, np.ndarray]:
+    """Each method's checkpoints as slots (their order), its last moved to the comparison's last slot
+    where every finished run of it stopped because the next unit no longer fit the budget."""
+    last = max(len(p) for p in positions.values()) - 1
+    slots = {}
+    for label, p in positions.items():
+        slot = np.arange(len(p), dtype=float)
+        if all(r.get("phases") and r["phases"][-1]["reason"] == "budget" for r in finished(groups[label])):
+            slot[-1] = last
+        slots[label] = slot
+    return slots
 
 
 def _task_scores(runs: Sequence[dict[str, Any]], length: int) -> list[list[dict[str, Any]]] | None:
@@ -196,15 +212,15 @@ def reach_table(reports: Sequence[dict[str, Any]]) -> str:
         share = "n/a" if m.reached is None or label == reach.baseline else f"{m.reached:.0%}"
         sooner = "n/a" if m.sooner is None or label == reach.baseline else f"{m.sooner:.0%}"
         cells = ", ".join(_rollouts(n) for n in m.per_seed)
-        unfinished = m.rollouts is None and all(n == UNFINISHED for n in m.per_seed)
-        point = UNFINISHED if unfinished else _rollouts(m.rollouts)
+        point = _rollouts(m.rollouts) if m.finished else UNFINISHED
         rows.append(f"| {label} | {point} | {interval} | {share} | {sooner} | {cells} |")
     note = (
         "The bar is the peak of the strongest baseline's seeds' mean test curve; a method reaches it at "
         "the first checkpoint of its own seeds' mean curve at or above it. Intervals and shares resample "
         "each method's seeds, then the test tasks, and find the peak again in every resample; the peak is "
-        'picked after the fact, so it sits above the baseline\'s true best (a high bar). "Before" counts '
-        "each run's last checkpoint as the budget's end. With two or three seeds a side the resampled "
+        'picked after the fact, so it sits above the baseline\'s true best (a high bar). "Before" means '
+        "an earlier checkpoint slot (runs share eval_every; a last checkpoint where the budget ran out is "
+        "the last slot), not a few rollouts fewer. With two or three seeds a side the resampled "
         "seeds understate their spread, and the intervals are too narrow.\n"
     )
     return "\n".join(rows) + "\n\n" + note

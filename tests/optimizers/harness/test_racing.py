@@ -114,6 +114,15 @@ def test_a_refused_race_says_what_lead_would_have_cleared_at_its_spread():
         assert again.adopted == adopted
 
 
+def test_the_refusal_names_the_candidate_nearest_to_clearing_not_the_largest_lead():
+    h0 = {t: 0.0 for t in TASKS}
+    wide = {t: 1.0 if i % 2 else -0.6 for i, t in enumerate(TASKS)}  # +0.2, a wide spread
+    narrow = {t: 0.02 + (0.1 if i % 2 else -0.1) for i, t in enumerate(TASKS)}  # +0.02, a narrow one
+    table = Table({"h0": h0, "wide": wide, "narrow": narrow})
+    refused = race("h0", ["wide", "narrow"], TASKS, table, Acceptance(), start=8)
+    assert refused.adopted is None and "(nearest narrow +0.020;" in refused.reason
+
+
 def test_identical_differences_are_no_evidence_of_zero_spread():
     """Eight ties do not make a candidate hopeless, nor two uniform wins adopt it."""
     h0 = {t: float(i % 2 == 0) for i, t in enumerate(TASKS)}
