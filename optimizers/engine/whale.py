@@ -279,10 +279,8 @@ class WhaleOptimizer(Teleprompter):
         run = RunDir.open(self.run_dir, self._config(student, data))
         repair_jsonl(run.events_path)  # a torn last line (kill -9) must not precede new events
         recorder = Recorder(run, load_state(run, initial_state(run, student.source)), self.on_event)
-        if recorder.state.finished:
-            return (
-                recorder  # reopened for its program and report (a comparison passing over it): nothing runs
-            )
+        if recorder.state.finished:  # reopened for its program and report (a comparison passing over it)
+            return recorder  # nothing runs, nothing is recorded
         recorder.record(
             RUN_RESUMED if recorder.state.events else RUN_STARTED,
             rollouts=recorder.state.spend.rollouts,

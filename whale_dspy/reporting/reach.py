@@ -60,20 +60,17 @@ def rollouts_to_reach(
 ) -> Reach | None:
     """None for a single method (a run's own report) or without a finished baseline curve."""
     groups = group_by_method(reports)
-    curves = {label: _curves(finished(runs)) for label, runs in groups.items()}
-    baselines = [
-        label for label, runs in groups.items() if runs[0]["method"] != SWEPT and curves[label] is not None
-    ]
+    aligned = {label: seeds for label, runs in groups.items() if (seeds := _aligned(runs)) is not None}
+    baselines = [label for label in aligned if groups[label][0]["method"] != SWEPT]
     if len(groups) < 2 or not baselines:
         return None
-    mean_curves = {label: c.mean(axis=0) for label, (_, c) in _pairs(curves)}
-    positions = {label: p for label, (p, _) in _pairs(curves)}
+    mean_curves = {label: _field(seeds, "mean_at_k").mean(axis=0) for label, seeds in aligned.items()}
+    positions = {label: _field(seeds, "rollouts").mean(axis=0) for label, seeds in aligned.items()}
     baseline = max(baselines, key=lambda label: mean_curves[label].max())
     peak = int(mean_curves[baseline].argmax())
     target = float(mean_curves[baseline][peak])
-    resampled = _resampled_reach(
-        groups, positions, _slots(groups, positions), baseline, seed=seed, level=level
-    )
+    slots = _slots(groups, positions)
+    resampled = _resampled_reach(aligned, positions, slots, baseline, seed=seed, level=level)
 
     def reach(label: str) -> MethodReach:
         per_seed = [_seed_reach(run, target) for run in groups[label]]
@@ -90,21 +87,19 @@ def rollouts_to_reach(
     )
 
 
-def _curves(runs: Sequence[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray] | None:
-    """(rollouts of each checkpoint, seeds x checkpoints of mean@k): the seeds' checkpoints aligned by
-    their order, cut to the shortest curve; None without a finished run."""
-    runs = [r for r in runs if r["curve"]]
-    if not runs:
+def _aligned(runs: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]] | None:
+    """Each finished seed's checkpoints, aligned by their order and cut to the shortest curve; None
+    without a finished run."""
+    curves = [r["curve"] for r in finished(runs) if r["curve"]]
+    if not curves:
         return None
-    length = min(len(r["curve"]) for r in runs)
-    rollouts = np.mean([[p["rollouts"] for p in r["curve"][:length]] for r in runs], axis=0)
-    return rollouts, np.array([[p["mean_at_k"] for p in r["curve"][:length]] for r in runs])
+    length = min(len(curve) for curve in curves)
+    return [curve[:length] for curve in curves]
 
 
-def _pairs(
-    curves: dict[str, tuple[np.ndarray, np.ndarray] | None],
-) -> list[tuple[str, tuple[np.ndarray, np.ndarray]]]:
-    return [(label, c) for label, c in curves.items() if c is not None]
+def _field(seeds: list[list[dict[str, Any]]], key: str) -> np.ndarray:
+    """seeds x checkpoints of one field of the aligned checkpoints."""
+    return np.array([[point[key] for point in seed] for seed in seeds], dtype=float)
 
 
 def _first_at(curves: np.ndarray, targets: np.ndarray | float, rollouts: np.ndarray) -> np.ndarray:
@@ -129,7 +124,7 @@ def _seed_reach(run: dict[str, Any], target: float) -> int | str | None:
 
 
 def _resampled_reach(
-    groups: dict[str, list[dict[str, Any]]],
+    aligned: dict[str, list[list[dict[str, Any]]]],
     positions: dict[str, np.ndarray],
     slots: dict[str, np.ndarray],
     baseline: str,
@@ -140,21 +135,15 @@ def _resampled_reach(
     """Per method: each resample's rollouts to the resampled baseline's peak, the interval's ends and
     the share reached before that peak. Each resample draws the tasks once for every method, then
     each method's seeds; empty where a finished checkpoint has no per-task scores."""
-    scores = {
-        label: _task_scores(finished(runs), len(positions[label]))
-        for label, runs in groups.items()
-        if label in positions
-    }
-    if any(s is None for s in scores.values()):
+    points = [point for seeds in aligned.values() for seed in seeds for point in seed]
+    if any(not point.get("per_task") for point in points):
         return {}
-    tasks = sorted(set.intersection(*(set(p) for seeds in scores.values() for seed in seeds for p in seed)))
+    tasks = sorted(set.intersection(*(set(point["per_task"]) for point in points)))
     if not tasks:
         return {}
     rng = np.random.default_rng(seed)
     weights = task_weights(rng, resamples_for(level), len(tasks))
-    curves = {
-        label: seed_means(_array(s, tasks), weights, rng) for label, s in scores.items()
-    }  # resamples x pts
+    curves = {label: seed_means(_scores(seeds, tasks), weights, rng) for label, seeds in aligned.items()}
     base = curves[baseline]
     peaks = base.max(axis=1)
     peak_slot = slots[baseline][base.argmax(axis=1)]
@@ -184,17 +173,11 @@ def _slots(
     return slots
 
 
-def _task_scores(runs: Sequence[dict[str, Any]], length: int) -> list[list[dict[str, Any]]] | None:
-    """Each finished seed's first `length` checkpoints' per-task scores; None if any lacks them."""
-    points = [r["curve"][:length] for r in runs if r["curve"]]
-    if any(not p.get("per_task") for seed in points for p in seed):
-        return None
-    return [[p["per_task"] for p in seed] for seed in points]
-
-
-def _array(seeds: list[list[dict[str, Any]]], tasks: list[str]) -> np.ndarray:
+def _scores(seeds: list[list[dict[str, Any]]], tasks: list[str]) -> np.ndarray:
     """seeds x checkpoints x tasks of each task's mean over its samples."""
-    return np.array([[[np.mean(point[t]) for t in tasks] for point in seed] for seed in seeds], dtype=float)
+    return np.array(
+        [[[np.mean(point["per_task"][t]) for t in tasks] for point in seed] for seed in seeds], dtype=float
+    )
 
 
 def reach_table(reports: Sequence[dict[str, Any]]) -> str:
