@@ -21,6 +21,7 @@ import pytest
 from dspy.utils.exceptions import LMProviderError
 from meta_harness_helpers import GOOD, exact, student, tasks
 
+from whale_cli.wiring import RestartingServer
 from whale_dspy.backends import AdapterStore, RemoteServer, ReplicaSet, VLLMServer
 from whale_dspy.backends.vllm_server import split_cores
 from whale_dspy.errors import BackendError, ConfigError
@@ -303,3 +304,32 @@ def test_an_unreachable_replica_at_start_is_down_not_fatal(fleet):
         assert [row["up"] for row in replicas.stats()] == [True, False]
         report, _ = evaluate(student(GOOD), tasks(2), metric=exact, lm=replicas.lm(), k=1, threads=1)
     assert report.mean_at_k == 1.0
+
+
+def test_the_set_is_healthy_while_any_replica_answers(fleet):
+    assert fleet.set.healthy()
+    kill(fleet.servers[0])
+    assert fleet.set.healthy()  # one replica serves: calls are routed around the dead one
+    kill(fleet.servers[1])
+    assert not fleet.set.healthy()
+
+
+def test_a_runs_own_set_is_started_anew_whole_when_no_replica_answers(tmp_path):
+    made: list[ReplicaSet] = []
+
+    def make() -> ReplicaSet:
+        servers = [replica(tmp_path / f"set-{len(made)}" / name) for name in "ab"]
+        made.append(ReplicaSet(servers, store=AdapterStore(tmp_path / "store"), wait_s=1.0))
+        return made[-1]
+
+    def step(backend: ReplicaSet) -> float:
+        if backend is made[0]:
+            for each in backend.replicas:
+                kill(each.server)
+        report, _ = evaluate(student(GOOD), tasks(4), metric=exact, lm=backend.lm(), k=1, threads=2)
+        return report.mean_at_k
+
+    with RestartingServer(make, restarts=1) as restarting:
+        assert restarting.run(step) == 1.0
+    assert len(made) == 2 and restarting.restarted == 1
+    assert not any(each.server.alive() for backend in made for each in backend.replicas)

@@ -204,9 +204,9 @@ class RestartingServer:
     """A command's own server, started for the block and stopped after it, that is started anew (a
     fresh backend from `make`, at most `restarts` times a step) when a step failed on it and it no
     longer answers. The step is then run again: a run's step resumes from its records, as `--resume`
-    would after a crash. A refused request (the server still healthy), a server someone else runs
-    (`--server-url`: theirs to restart) and a replica set (it routes around a dead replica itself,
-    and has no health of its own) fail the step as before."""
+    would after a crash. A replica set routes around one dead replica itself and is started anew
+    only when none answers. A refused request (the server still healthy) and a server someone else
+    runs (`--server-url`: theirs to restart) fail the step as before."""
 
     def __init__(self, make: Callable[[], InferenceBackend], *, restarts: int = SERVER_RESTARTS) -> None:
         if restarts < 0:

@@ -138,6 +138,12 @@ class ReplicaSet:
             "replicas": [replica.server.serving() for replica in self.replicas],
         }
 
+    def healthy(self) -> bool:
+        """True while any replica answers /health: the set serves while one does (calls are routed
+        around the others), so only the loss of every replica is the set's death, after which a
+        run's own set is started anew, whole (`RestartingServer`)."""
+        return any(replica.server.healthy() for replica in self.replicas)
+
     def stats(self) -> list[dict[str, Any]]:
         """Per replica: its URL, whether it is up, calls answered, times it went down, and the
         adapter probes' count and cost."""
