@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from whale_dspy.reporting import markdown_table, paired_table, plot_curves, summarize_methods
-from whale_dspy.reporting.pairs import paired_comparisons
-from whale_dspy.reporting.plots import curves_figure, method_curve, phase_spans, step_values
+from whale_dspy.reporting.pairs import paired_comparisons, seeded_comparisons
+from whale_dspy.reporting.plots import curves_figure, method_curve, phase_spans
 from whale_dspy.reporting.reach import reach_table, rollouts_to_reach
 
 
@@ -65,19 +65,15 @@ def test_a_run_without_test_evaluations_reads_n_a():
     assert "| harness-only | 1 | n/a | n/a |" in text
 
 
-def test_step_values_hold_the_last_evaluation():
-    curve = [point(0, 0.2), point(50, 0.6)]
-    values = step_values(curve, np.array([0, 10, 50, 70]), "mean_at_k")
-    assert values.tolist() == [0.2, 0.2, 0.6, 0.6]
-
-
-def test_method_curve_means_seeds_on_the_union_grid_with_a_min_max_band():
-    grid, mean, low, high = method_curve(REPORTS[:2])
-    assert grid.tolist() == [0, 50, 60, 100]
-    assert mean.tolist() == pytest.approx([0.2, 0.4, 0.5, 0.6])  # at 50 the second seed still holds 0.2
-    assert low.tolist() == pytest.approx([0.2, 0.2, 0.4, 0.5]) and high.tolist() == pytest.approx(
-        [0.2, 0.6, 0.6, 0.7]
-    )
+def test_method_curve_means_seeds_checkpoint_by_checkpoint_with_a_min_max_band():
+    rollouts, mean, low, high = method_curve(REPORTS[:2])
+    assert rollouts.tolist() == [0, 55, 100]  # the seeds' second checkpoints, at 50 and 60, are one slot
+    assert mean.tolist() == pytest.approx([0.2, 0.5, 0.6])
+    assert low.tolist() == pytest.approx([0.2, 0.4, 0.5]) and high.tolist() == pytest.approx([0.2, 0.6, 0.7])
+    going = report("whale", [point(0, 0.2), point(40, 0.3)])  # a seed under way holds the slots it reached
+    rollouts, mean, _, _ = method_curve([*REPORTS[:2], going])
+    assert rollouts.tolist() == pytest.approx([0, 50, 100])
+    assert mean[1:].tolist() == pytest.approx([(0.6 + 0.4 + 0.3) / 3, 0.6])
     _, single, ci_low, _ = method_curve(REPORTS[2:])
     assert ci_low.tolist() == pytest.approx([0.1, 0.2]) and single.tolist() == [0.2, 0.3]
 
@@ -165,6 +161,31 @@ def test_a_comparisons_plot_draws_its_paired_gains_beside_the_curves():
     assert len(single.axes) == 1  # no per-task scores: nothing to pair, the curves alone
     plt.close(figure)
     plt.close(single)
+
+
+def test_with_seeds_the_gains_panel_is_decided_by_the_interval_over_seeds_and_tasks():
+    import matplotlib.pyplot as plt
+
+    levels = [0.0, 0.25, 0.5, 0.75] * 5
+    start = scored(0, {f"t{i}": [level] for i, level in enumerate(levels)})
+
+    # two seeds a side, every task lifted: each seed's own offset (+0.25, -0.05 against +0.05, +0.05)
+    def lifted(method: str, lift: float) -> dict:
+        return report(method, [start, scored(64, {f"t{i}": [v + lift] for i, v in enumerate(levels)})])
+
+    reports = [lifted("whale", 0.25), lifted("whale", -0.05), *[lifted("weight-only", 0.05)] * 2]
+    label = "whale − weight-only"
+    over_tasks, seeded = dict(paired_comparisons(reports))[label], seeded_comparisons(reports)[label]
+    assert over_tasks.beyond_noise and not seeded.beyond_noise  # the seeds undo what the tasks show
+    figure = curves_figure(reports)
+    gains = figure.axes[1]
+    row = next(label_.get_position()[1] for label_ in gains.get_yticklabels() if label_.get_text() == label)
+    lines = [line for line in gains.get_lines() if list(line.get_ydata()) in ([row, row], [row])]
+    thick = max((line for line in lines if len(line.get_xdata()) == 2), key=lambda line: line.get_linewidth())
+    assert tuple(thick.get_xdata()) == (seeded.low, seeded.high) and thick.get_color() == "tab:grey"
+    marker = next(line for line in lines if len(line.get_xdata()) == 1)
+    assert marker.get_markerfacecolor() == "white"  # not filled: within noise, as the table says
+    plt.close(figure)
 
 
 def test_seeds_that_share_their_start_plot_without_a_negative_error_bar():

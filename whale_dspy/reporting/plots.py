@@ -8,13 +8,13 @@ a panel of the paired gains."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from whale_dspy.reporting.pairs import paired_comparisons
+from whale_dspy.reporting.pairs import paired_comparisons, seeded_comparisons
 from whale_dspy.reporting.tables import group_by_method
 from whale_dspy.stats import PairedGain
 
@@ -23,24 +23,26 @@ if TYPE_CHECKING:  # matplotlib is imported only when a plot is drawn
     from matplotlib.figure import Figure
 
 
-def step_values(curve: Sequence[dict[str, Any]], grid: np.ndarray, key: str) -> np.ndarray:
-    """A run's value at each grid point: its latest evaluation at or before it (a run holds its program)."""
-    xs = np.array([p["rollouts"] for p in curve])
-    ys = np.array([p[key] for p in curve])
-    index = np.searchsorted(xs, grid, side="right") - 1
-    return np.where(index >= 0, ys[np.clip(index, 0, None)], np.nan)
-
-
 def method_curve(runs: Sequence[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(grid, mean, low, high): mean over seeds; band = seeds' min-max, or the CI for one seed."""
+    """(rollouts, mean, low, high) of a method's checkpoints. One run: its own, its CI the band.
+    Several seeds: their i-th checkpoints are one slot (runs share eval_every, but a checkpoint waits
+    for its unit to end, so seeds reach it a few rollouts apart), drawn at the slot's mean rollouts
+    with the seeds' mean and min-max; a slot that only some seeds have reached (a comparison under
+    way) holds those seeds."""
     curves = [r["curve"] for r in runs if r["curve"]]
-    grid = np.unique(np.concatenate([[p["rollouts"] for p in c] for c in curves]))
-    means = np.vstack([step_values(c, grid, "mean_at_k") for c in curves])
     if len(curves) == 1:
-        low, high = step_values(curves[0], grid, "ci_low"), step_values(curves[0], grid, "ci_high")
-    else:
-        low, high = np.nanmin(means, axis=0), np.nanmax(means, axis=0)
-    return grid, np.nanmean(means, axis=0), low, high
+        keys = ("rollouts", "mean_at_k", "ci_low", "ci_high")
+        rollouts, mean, low, high = (np.array([p[key] for p in curves[0]], dtype=float) for key in keys)
+        return rollouts, mean, low, high
+    slots = [[curve[i] for curve in curves if i < len(curve)] for i in range(max(map(len, curves)))]
+    rollouts = np.array([np.mean([p["rollouts"] for p in slot]) for slot in slots])
+    means = [np.array([p["mean_at_k"] for p in slot]) for slot in slots]
+    return (
+        rollouts,
+        np.array([m.mean() for m in means]),
+        np.array([m.min() for m in means]),
+        np.array([m.max() for m in means]),
+    )
 
 
 MethodRuns = dict[str, list[dict[str, Any]]]
@@ -88,7 +90,7 @@ def curves_figure(reports: Sequence[dict[str, Any]], *, title: str = "") -> Figu
             1, 2, figsize=(12, 0.9 + max(3.6, 0.32 * len(gains))), width_ratios=(1.1, 1)
         )
         draw_checkpoints(axes, methods)
-        draw_gains(gain_axes, gains)
+        draw_gains(gain_axes, gains, seeded_comparisons(reports))
         note = "bars: 95% CI (n=1), seeds' range (n>1)"
     else:
         figure, axes = plt.subplots(figsize=(7, 4.5))
@@ -112,9 +114,9 @@ def draw_steps(axes: Axes, reports: Sequence[dict[str, Any]], methods: MethodRun
         labelled.add(kind)
         axes.axvspan(start, end, color=PHASE_COLOURS[kind], alpha=0.08, label=label)
     for method, runs in methods.items():
-        grid, mean, low, high = method_curve(runs)
-        axes.step(grid, mean, where="post", marker="o", markersize=3, label=f"{method} (n={len(runs)})")
-        axes.fill_between(grid, low, high, step="post", alpha=0.2)
+        rollouts, mean, low, high = method_curve(runs)
+        axes.step(rollouts, mean, where="post", marker="o", markersize=3, label=f"{method} (n={len(runs)})")
+        axes.fill_between(rollouts, low, high, step="post", alpha=0.2)
 
 
 def draw_checkpoints(axes: Axes, methods: MethodRuns) -> None:
@@ -122,25 +124,36 @@ def draw_checkpoints(axes: Axes, methods: MethodRuns) -> None:
     methods evaluated at the same rollouts stay apart."""
     span = max(max(p["rollouts"] for r in runs for p in r["curve"]) for runs in methods.values()) or 1
     for index, (method, runs) in enumerate(methods.items()):
-        grid, mean, low, high = method_curve(runs)
+        rollouts, mean, low, high = method_curve(runs)
         nudge = (index - (len(methods) - 1) / 2) * span * 0.006
         # clipped: the mean of equal seeds can round past their maximum, and matplotlib refuses that
         bars = np.clip(np.vstack([mean - low, high - mean]), 0.0, None)
         axes.errorbar(
-            grid + nudge, mean, yerr=bars, marker="o", markersize=4, capsize=2,
+            rollouts + nudge, mean, yerr=bars, marker="o", markersize=4, capsize=2,
             linewidth=1.2, elinewidth=0.8, label=f"{method} (n={len(runs)})",
         )  # fmt: skip
 
 
-def draw_gains(axes: Axes, gains: Sequence[tuple[str, PairedGain]]) -> None:
-    """The paired gains as a forest: each pair's gain and 95% CI, filled when the CI excludes zero."""
+def draw_gains(
+    axes: Axes, gains: Sequence[tuple[str, PairedGain]], seeded: Mapping[str, PairedGain] | None = None
+) -> None:
+    """The paired gains as a forest: each pair's gain and 95% CI, filled when the interval that
+    decides excludes zero. Where a side has several seeds (`seeded`), that is the interval over seeds
+    and tasks, drawn thick, with the narrower one over tasks thin inside it: coloured by the task
+    interval alone, a gap that a further seed could undo would read as a gain."""
+    seeded = seeded or {}
     rows = np.arange(len(gains))[::-1]
-    for row, (_, gain) in zip(rows, gains, strict=True):
-        colour = "tab:green" if gain.low > 0 else "tab:red" if gain.high < 0 else "tab:grey"
-        axes.plot([gain.low, gain.high], [row, row], color=colour, linewidth=2)
-        axes.plot(gain.gain, row, "o", color=colour, markerfacecolor=colour if gain.beyond_noise else "white")
+    for row, (label, gain) in zip(rows, gains, strict=True):
+        decider = seeded.get(label, gain)
+        colour = "tab:green" if decider.low > 0 else "tab:red" if decider.high < 0 else "tab:grey"
+        axes.plot([decider.low, decider.high], [row, row], color=colour, linewidth=2.5)
+        if label in seeded:
+            axes.plot([gain.low, gain.high], [row, row], color="black", linewidth=0.8)
+        filled = colour if decider.beyond_noise else "white"
+        axes.plot(gain.gain, row, "o", color=colour, markerfacecolor=filled)
     axes.axvline(0.0, color="black", linewidth=0.8)
     axes.set_yticks(rows, [label for label, _ in gains], fontsize="small")
+    across = "over seeds and tasks (thick) and over tasks (thin)" if seeded else "over the test tasks"
     axes.set_xlabel("paired gain of the final checkpoints, 95% CI (filled: excludes 0)")
-    axes.set_title("paired over the test tasks")
+    axes.set_title(f"paired {across}", fontsize="medium")
     axes.grid(axis="x", alpha=0.3)
