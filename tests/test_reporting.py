@@ -70,7 +70,8 @@ def test_method_curve_means_seeds_checkpoint_by_checkpoint_with_a_min_max_band()
     assert rollouts.tolist() == [0, 55, 100]  # the seeds' second checkpoints, at 50 and 60, are one slot
     assert mean.tolist() == pytest.approx([0.2, 0.5, 0.6])
     assert low.tolist() == pytest.approx([0.2, 0.4, 0.5]) and high.tolist() == pytest.approx([0.2, 0.6, 0.7])
-    going = report("whale", [point(0, 0.2), point(40, 0.3)])  # a seed under way holds the slots it reached
+    going = report("whale", [point(0, 0.2), point(40, 0.3)])
+    going["finished"] = None  # a seed under way holds the slots it reached
     rollouts, mean, _, _ = method_curve([*REPORTS[:2], going])
     assert rollouts.tolist() == pytest.approx([0, 50, 100])
     assert mean[1:].tolist() == pytest.approx([(0.6 + 0.4 + 0.3) / 3, 0.6])
@@ -186,6 +187,19 @@ def test_with_seeds_the_gains_panel_is_decided_by_the_interval_over_seeds_and_ta
     marker = next(line for line in lines if len(line.get_xdata()) == 1)
     assert marker.get_markerfacecolor() == "white"  # not filled: within noise, as the table says
     plt.close(figure)
+
+
+def test_finished_seeds_end_on_one_final_slot_however_many_checkpoints_they_took():
+    """A unit past the next checkpoint's rollouts ends there: one harness-only seed checkpointed at 0
+    and 286 (its final), another at 0, 168 and 270. Their finals are one slot, every seed's."""
+    one_unit = report("harness-only", [point(0, 0.2), point(286, 0.3)])
+    two_units = report("harness-only", [point(0, 0.2), point(168, 0.4), point(270, 0.5)])
+    rollouts, mean, low, high = method_curve([one_unit, two_units])
+    assert rollouts.tolist() == pytest.approx([0, 168, 278])
+    assert mean.tolist() == pytest.approx([0.2, 0.4, 0.4])  # the last: both finals, as the tables read
+    assert low[-1] == pytest.approx(0.3) and high[-1] == pytest.approx(0.5)
+    ahead = {**report("harness-only", [point(0, 0.2), point(168, 0.4), point(300, 0.6)]), "finished": None}
+    assert method_curve([one_unit, ahead])[0].tolist() == [0, 168, 286, 300]  # a seed under way, past the end
 
 
 def test_seeds_that_share_their_start_plot_without_a_negative_error_bar():
