@@ -285,6 +285,19 @@ def test_before_means_an_earlier_checkpoint_slot_not_a_few_rollouts_fewer():
     assert rollouts_to_reach([*weight_only, *early]).methods["whale"].sooner == 1.0
 
 
+def test_a_seed_that_ends_a_checkpoint_early_is_read_at_its_final_not_as_a_middle_checkpoint():
+    # One unit ran past both the middle checkpoint and the budget: this seed's final (0.6 at 290)
+    # is its second checkpoint, and must not be averaged with the other seed's middle one (0.1).
+    tasks = np.random.default_rng(3).uniform(0.0, 0.3, size=30)
+    weight_only = [report("weight-only", curve_of(tasks, 0.1, 0.3, 0.5, at=(0, 160, 320)))]
+    whale = [
+        report("whale", curve_of(tasks, 0.1, 0.1, 0.6, at=(0, 170, 320))),
+        report("whale", curve_of(tasks, 0.1, 0.6, at=(0, 290))),
+    ]
+    reach = rollouts_to_reach([*weight_only, *whale]).methods["whale"]
+    assert reach.rollouts == 305 and reach.reached == 1.0  # both finals at 0.6, at the mean of 320 and 290
+
+
 def test_a_method_with_no_finished_run_is_unfinished_even_where_a_seed_reached_the_bar():
     going = [{**report("harness-only", [point(0, 0.2), point(50, 0.8)]), "finished": None} for _ in range(2)]
     going[1]["curve"] = [point(0, 0.2)]

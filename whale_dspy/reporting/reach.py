@@ -88,13 +88,15 @@ def rollouts_to_reach(
 
 
 def _aligned(runs: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]] | None:
-    """Each finished seed's checkpoints, aligned by their order and cut to the shortest curve; None
-    without a finished run."""
+    """Each finished seed's checkpoints aligned by their order, the ones before its final cut to the
+    shortest, then its final: a unit that ends past both the next checkpoint and the budget takes
+    one checkpoint for both, so a seed can end a checkpoint early, and its final must not be read as
+    another seed's middle checkpoint (as in `plots.method_curve`). None without a finished run."""
     curves = [r["curve"] for r in finished(runs) if r["curve"]]
     if not curves:
         return None
-    length = min(len(curve) for curve in curves)
-    return [curve[:length] for curve in curves]
+    length = min(len(curve) for curve in curves) - 1
+    return [[*curve[:length], curve[-1]] for curve in curves]
 
 
 def _field(seeds: list[list[dict[str, Any]]], key: str) -> np.ndarray:
