@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from whale_dspy.reporting.pairs import paired_comparisons, seeded_comparisons
-from whale_dspy.reporting.tables import finished, group_by_method
+from whale_dspy.reporting.tables import checkpoint_slots, group_by_method
 from whale_dspy.stats import PairedGain
 
 if TYPE_CHECKING:  # matplotlib is imported only when a plot is drawn
@@ -25,22 +25,14 @@ if TYPE_CHECKING:  # matplotlib is imported only when a plot is drawn
 
 def method_curve(runs: Sequence[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(rollouts, mean, low, high) of a method's checkpoints. One run: its own, its CI the band.
-    Several seeds: their i-th checkpoints are one slot (runs share eval_every, but a checkpoint waits
-    for its unit to end, so seeds reach it a few rollouts apart), drawn at the slot's mean rollouts
-    with the seeds' mean and min-max; a slot that only some seeds have reached (a comparison under
-    way) holds those seeds. Finished seeds' final checkpoints are one last slot: a unit that ends
-    past the next checkpoint's rollouts and the budget's end takes one checkpoint for both, so a
-    seed can end a checkpoint early, and its final must not be averaged with others' middle ones."""
+    Several seeds: each of their `checkpoint_slots`, drawn at the slot's mean rollouts with the
+    seeds' mean and min-max."""
     curves = [r["curve"] for r in runs if r["curve"]]
     if len(curves) == 1:
         keys = ("rollouts", "mean_at_k", "ci_low", "ci_high")
         rollouts, mean, low, high = (np.array([p[key] for p in curves[0]], dtype=float) for key in keys)
         return rollouts, mean, low, high
-    ended = {id(r) for r in finished(runs)}
-    heads = [r["curve"][:-1] if id(r) in ended else r["curve"] for r in runs if r["curve"]]
-    slots = [[head[i] for head in heads if i < len(head)] for i in range(max(map(len, heads)))]
-    slots += [[r["curve"][-1] for r in runs if r["curve"] and id(r) in ended]]
-    slots = sorted((slot for slot in slots if slot), key=lambda slot: np.mean([p["rollouts"] for p in slot]))
+    slots = checkpoint_slots(runs)
     rollouts = np.array([np.mean([p["rollouts"] for p in slot]) for slot in slots])
     means = [np.array([p["mean_at_k"] for p in slot]) for slot in slots]
     return (

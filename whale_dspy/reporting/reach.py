@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from whale_dspy.reporting.tables import SWEPT, finished, group_by_method
+from whale_dspy.reporting.tables import SWEPT, checkpoint_slots, finished, group_by_method
 from whale_dspy.stats import CI_LEVEL, resamples_for, seed_means, task_weights
 
 UNFINISHED = "unfinished"
@@ -88,15 +88,13 @@ def rollouts_to_reach(
 
 
 def _aligned(runs: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]] | None:
-    """Each finished seed's checkpoints aligned by their order, the ones before its final cut to the
-    shortest, then its final: a unit that ends past both the next checkpoint and the budget takes
-    one checkpoint for both, so a seed can end a checkpoint early, and its final must not be read as
-    another seed's middle checkpoint (as in `plots.method_curve`). None without a finished run."""
-    curves = [r["curve"] for r in finished(runs) if r["curve"]]
-    if not curves:
+    """Each finished seed's checkpoints in the `checkpoint_slots` every finished seed reached (the
+    plot's slots, cut to a rectangle for resampling seeds). None without a finished run."""
+    seeds = [r for r in finished(runs) if r["curve"]]
+    if not seeds:
         return None
-    length = min(len(curve) for curve in curves) - 1
-    return [[*curve[:length], curve[-1]] for curve in curves]
+    full = [slot for slot in checkpoint_slots(seeds) if len(slot) == len(seeds)]
+    return [list(points) for points in zip(*full, strict=True)]
 
 
 def _field(seeds: list[list[dict[str, Any]]], key: str) -> np.ndarray:

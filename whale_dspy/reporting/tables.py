@@ -96,6 +96,22 @@ def finished(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
+def checkpoint_slots(runs: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """Seeds' checkpoints as slots, ordered by their mean rollouts, each listing its points in the
+    runs' order. The i-th checkpoints of the seeds are one slot (runs share eval_every, but a
+    checkpoint waits for its unit to end, so seeds reach it a few rollouts apart); a slot that only
+    some seeds have reached (a comparison under way) holds those seeds. Finished seeds' finals are
+    one last slot: a unit that ends past both the next checkpoint and the budget takes one
+    checkpoint for both, so a seed can end a checkpoint early, and its final must not be read as
+    another seed's middle checkpoint. Orders by rollouts since a seed under way can be past a
+    finished one's end."""
+    ended = {id(r) for r in finished(runs)}
+    heads = [r["curve"][:-1] if id(r) in ended else r["curve"] for r in runs if r["curve"]]
+    slots = [[head[i] for head in heads if i < len(head)] for i in range(max(map(len, heads), default=0))]
+    slots.append([r["curve"][-1] for r in runs if r["curve"] and id(r) in ended])
+    return sorted((slot for slot in slots if slot), key=lambda slot: np.mean([p["rollouts"] for p in slot]))
+
+
 def mean_count(counts: Sequence[int | None]) -> float | None:
     """The mean count (tokens, calls) over runs; unknown when any run's count is."""
     return None if any(count is None for count in counts) else float(np.mean(counts))
