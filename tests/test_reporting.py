@@ -189,6 +189,24 @@ def test_with_seeds_the_gains_panel_is_decided_by_the_interval_over_seeds_and_ta
     plt.close(figure)
 
 
+def test_the_gains_panel_says_which_rows_are_read_over_tasks_alone():
+    import matplotlib.pyplot as plt
+
+    from whale_dspy.reporting.plots import draw_gains
+    from whale_dspy.stats import PairedGain
+
+    gain = PairedGain(0.1, 0.05, 0.15, 40)
+    titles = {}
+    for name, seeded in {"all": {"a": gain, "b": gain}, "some": {"a": gain}, "none": {}}.items():
+        figure, axes = plt.subplots()
+        draw_gains(axes, [("a", gain), ("b", gain)], seeded)
+        titles[name] = axes.get_title()
+        plt.close(figure)
+    assert "seeds and tasks" in titles["all"] and "one seed" not in titles["all"]
+    assert "seeds and tasks" in titles["some"] and "one seed a side: over tasks" in titles["some"]
+    assert "seeds" not in titles["none"]
+
+
 def test_finished_seeds_end_on_one_final_slot_however_many_checkpoints_they_took():
     """A unit past the next checkpoint's rollouts ends there: one harness-only seed checkpointed at 0
     and 286 (its final), another at 0, 168 and 270. Their finals are one slot, every seed's."""

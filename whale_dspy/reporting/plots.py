@@ -152,6 +152,8 @@ def draw_gains(
     axes.axvline(0.0, color="black", linewidth=0.8)
     axes.set_yticks(rows, [label for label, _ in gains], fontsize="small")
     across = "over seeds and tasks (thick) and over tasks (thin)" if seeded else "over the test tasks"
+    if seeded and len(seeded) < len(gains):
+        across += ";\nrows with one seed a side: over tasks"
     axes.set_xlabel("paired gain of the final checkpoints, 95% CI (filled: excludes 0)")
     axes.set_title(f"paired {across}", fontsize="medium")
     axes.grid(axis="x", alpha=0.3)
