@@ -315,6 +315,14 @@ def test_the_set_is_healthy_while_any_replica_answers(fleet):
     assert not fleet.set.healthy()
 
 
+def test_the_set_is_healthy_as_soon_as_one_replica_answers_however_long_a_hung_one_takes(fleet):
+    # the first replica's /health hangs past every probe's timeout: probed in turn, that took 30 s
+    httpx.post(f"{fleet.servers[0].url}/fake/slow_health", json={"seconds": 12, "times": 3}, timeout=5)
+    started = time.monotonic()
+    assert fleet.set.healthy()
+    assert time.monotonic() - started < 5.0
+
+
 def test_a_runs_own_set_is_started_anew_whole_when_no_replica_answers(tmp_path):
     made: list[ReplicaSet] = []
 

@@ -160,8 +160,14 @@ class ReplicaSet:
     def healthy(self) -> bool:
         """True while any replica answers /health: the set serves while one does (calls are routed
         around the others), so only the loss of every replica is the set's death, after which a
-        run's own set is started anew, whole (`RestartingServer`)."""
-        return any(replica.server.healthy() for replica in self.replicas)
+        run's own set is started anew, whole (`RestartingServer`). Probed together, answered by the
+        first that answers: a hung replica takes its whole probe timeout (tries x 10 s) to say so."""
+        pool = concurrent.futures.ThreadPoolExecutor(len(self.replicas))
+        try:
+            probes = [pool.submit(replica.server.healthy) for replica in self.replicas]
+            return any(probe.result() for probe in concurrent.futures.as_completed(probes))
+        finally:
+            pool.shutdown(wait=False)  # a hung replica's probe ends by its own timeout
 
     def stats(self) -> list[dict[str, Any]]:
         """Per replica: its URL, whether it is up, calls answered, times it went down, the adapter
