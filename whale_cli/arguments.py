@@ -45,8 +45,7 @@ def add_restarts_argument(parser: argparse.ArgumentParser) -> None:
         "--server-restarts", dest="server_restarts", type=int, default=SERVER_RESTARTS, metavar="N",
         help="start the command's own server anew at most N times a run after it died, resuming the run "
         f"from its records (default {SERVER_RESTARTS}; 0 stops at the first death; --replicas above 1 "
-        "route around a dead replica and start it anew, at most N times each, and are started anew "
-        "together when none answers)",
+        "route around a dead replica, and are started anew together when none answers)",
     )  # fmt: skip
 
 

@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
     runs, out = plan(args)
     data = load_data(runs[0][0])
     shared = shared_evaluations(runs[0][0], out)  # the seed program is scored once
-    make = partial(make_backend, runs[0][0], out, args.server_url, replica_restarts=args.server_restarts)
+    make = partial(make_backend, runs[0][0], out, args.server_url)
     with RestartingServer(make, restarts=args.server_restarts) as server:
         reports = [
             server.run(

@@ -187,7 +187,7 @@ def run(args: argparse.Namespace) -> int:
         show_settings(settings)
         return 0
     data = load_data(settings)
-    make = partial(make_backend, settings, run_dir, args.server_url, replica_restarts=args.server_restarts)
+    make = partial(make_backend, settings, run_dir, args.server_url)
     with RestartingServer(make, restarts=args.server_restarts) as server:
         server.run(lambda backend: execute(settings, run_dir, backend, data))
     return 0

@@ -65,11 +65,7 @@ def name_part(text: str, default: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-.") or default
 
 
-def make_backend(
-    settings: RunSettings, log_dir: Path, server_url: str | None = None, *, replica_restarts: int = 0
-) -> InferenceBackend:
-    """The run's servers, not started; `replica_restarts`: how often each of its own replicas (with
-    `settings.replicas` above 1) is started anew after it died, the set serving on without it meanwhile."""
+def make_backend(settings: RunSettings, log_dir: Path, server_url: str | None = None) -> InferenceBackend:
     own: dict[str, Any] = {}  # the run's own servers' options (a server someone else runs is set up)
     if not server_url and settings.replicas == 1 and (sizing := settings.gpu_sizing()) is not None:
         own["kv_cache_gib"] = sizing.kv_cache_gib  # replicas sharing a GPU would each take all of it
@@ -83,7 +79,6 @@ def make_backend(
         adapters=settings.adapters,
         replicas=settings.replicas,
         adapter_store=settings.adapter_store,
-        replica_restarts=replica_restarts,
         **own,
     )
 
@@ -96,7 +91,6 @@ def backend_for_model(
     adapters: str = "auto",
     replicas: int = 1,
     adapter_store: str | None = None,
-    replica_restarts: int = 0,
     **server_options: Any,
 ) -> InferenceBackend:
     """Running servers at `server_url` (several, comma-separated: a replica set) serving `model`, or
@@ -133,7 +127,7 @@ def backend_for_model(
         )
         for index, group in enumerate(cores)
     ]
-    return ReplicaSet(own, store=store, restarts=replica_restarts)
+    return ReplicaSet(own, store=store)
 
 
 def student_of(
@@ -211,8 +205,7 @@ class RestartingServer:
     fresh backend from `make`, at most `restarts` times a step) when a step failed on it and it no
     longer answers. The step is then run again: a run's step resumes from its records, as `--resume`
     would after a crash. A replica set routes around one dead replica itself and is started anew
-    only when none answers (each of its own replicas is started anew by the set, given
-    `replica_restarts`). A refused request (the server still healthy) and a server someone else
+    only when none answers. A refused request (the server still healthy) and a server someone else
     runs (`--server-url`: theirs to restart) fail the step as before."""
 
     def __init__(self, make: Callable[[], InferenceBackend], *, restarts: int = SERVER_RESTARTS) -> None:

@@ -42,8 +42,6 @@ class Replica:
     answered: int = 0
     failures: int = 0
     last_error: str = ""
-    down_since: float = 0.0  # time.monotonic() when it last went down
-    restarts_left: int = 0  # times its owner, the set, may still start it anew
     loaded: set[str] = field(default_factory=set)  # adapters its current process holds
     sync: threading.Lock = field(default_factory=threading.Lock)
 
@@ -80,8 +78,8 @@ class Replica:
             self.loaded.discard(name)
 
     def stats(self) -> dict[str, Any]:
-        """Its URL, whether it is up, calls answered, times it went down, what checking that its
-        adapters take effect cost (adapter_probe), and the restarts it has left."""
+        """Its URL, whether it is up, calls answered, times it went down, and what checking that its
+        adapters take effect cost (adapter_probe)."""
         probes = self.server.probe.results
         return {
             "url": self.label,
@@ -90,7 +88,6 @@ class Replica:
             "failures": self.failures,
             "probes": len(probes),
             "probe_seconds": sum(probe.seconds for probe in probes),
-            "restarts_left": self.restarts_left,
         }
 
 
@@ -147,7 +144,6 @@ class Router:
             if not replica.up or (life is not None and life != replica.life):
                 return
             replica.up = False
-            replica.down_since = time.monotonic()
             replica.failures += 1
             replica.loaded.clear()
             replica.last_error = f"{type(error).__name__}: {error}"[:500]

