@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from optimizers.weights.rft import STEP_EVENT
 from whale_cli.main import build_parser, main
 from whale_cli.train import rft_config_from
+from whale_dspy.jsonl import append_jsonl, read_jsonl
 
 
 @pytest.mark.parametrize(
@@ -44,3 +46,21 @@ def test_flags_lay_over_the_preset():
     assert (config.steps, config.k, config.training.learning_rate) == (7, 3, 0.002)
     assert config.training.gradient_checkpointing is True
     assert config.training.dtype == "bfloat16"  # the rest of the GPU preset is kept
+
+
+def test_a_folder_that_holds_steps_is_continued_only_with_resume(tmp_path, capsys):
+    """Re-running into a folder with steps would record them twice; --resume continues it instead."""
+    run_dir = tmp_path / "run"
+    command = ["train", "--domain", "math", "--train-limit", "4", "--batch-size", "2"]
+    server = ["--model", str(tmp_path), "--server-url", "http://127.0.0.1:9"]  # nothing answers there
+    main([*command, *server, "--run-dir", str(run_dir)])  # records its settings, then fails to connect
+    append_jsonl(run_dir / "events.jsonl", {"kind": STEP_EVENT, "step": 0})
+    capsys.readouterr()
+
+    assert main([*command, *server, "--run-dir", str(run_dir)]) == 2
+    assert f"continue it with --resume {run_dir}" in capsys.readouterr().err
+    assert main(["train", "--domain", "math", *server, "--resume", str(tmp_path / "none")]) == 2
+    assert "no run is recorded there" in capsys.readouterr().err
+    assert main([*command, "--k", "2", *server, "--resume", str(run_dir)]) == 2  # other settings
+    assert "started with another configuration" in capsys.readouterr().err
+    assert [e["step"] for e in read_jsonl(run_dir / "events.jsonl") if e["kind"] == STEP_EVENT] == [0]

@@ -45,7 +45,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--output-format", dest="output_format", choices=("chat", "json"), default="chat")
     parser.add_argument("--server-url", dest="server_url", default=None, help="use a running server")
     parser.add_argument("--seed", type=int, default=0, help="batch order and rollout ids")
-    parser.add_argument("--run-dir", dest="run_dir", type=Path, default=None, help="default runs/train-...")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--run-dir", dest="run_dir", type=Path, default=None, help="default runs/train-...")
+    where.add_argument(
+        "--resume",
+        type=Path,
+        default=None,
+        metavar="RUN_DIR",
+        help="continue the run recorded in RUN_DIR after its last step (given the same settings)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -77,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
     from whale_dspy.harness import HarnessProgram
     from whale_dspy.jsonl import atomic_write_json
     from whale_dspy.models import resolve_model
-    from whale_dspy.rundir import RunDir, sole_writer
+    from whale_dspy.rundir import sole_writer
     from whale_dspy.training.lora_trainer import LoraTrainer
 
     config = rft_config_from(args)  # ConfigError before any data or server work
@@ -85,10 +93,18 @@ def run(args: argparse.Namespace) -> int:
     source = resolve_harness(args.harness, args.domain, trusted=args.trust_harness)
     trainset = domain.load("train", args.train_limit, 0)
     RejectionSamplingFinetune.check_trainset(config, trainset)  # before the server starts
-    path = args.run_dir or Path("runs") / f"train-{args.domain}-{time.strftime('%Y%m%d-%H%M%S')}"
-    settings = {"domain": args.domain, "model": args.model, "harness": source.name}
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    path = args.resume or args.run_dir or Path("runs") / f"train-{args.domain}-{stamp}"
+    settings = {
+        "domain": args.domain,
+        "model": args.model,
+        "harness": source.name,
+        "harness_digest": source.digest,  # so a resume cannot swap in another file of the same name
+        "train_limit": args.train_limit,
+        "output_format": args.output_format,
+    }
     with sole_writer(path):
-        run_dir = RunDir.open(path, {"command": "train", **settings, "rft": config.to_dict()})
+        run_dir = _open_run(path, {"command": "train", **settings, "rft": config.to_dict()}, args.resume)
         own = thinking_server_options(args.server_url, args.thinking)
         with served(backend_for_model(args.model, run_dir.path, args.server_url, **own)) as backend:
             rft = RejectionSamplingFinetune(
@@ -101,10 +117,25 @@ def run(args: argparse.Namespace) -> int:
             )
             student = HarnessProgram(source, domain.signature, domain.tools)
             with adapter_context(args.output_format):
-                program = rft.compile(student, trainset=trainset)  # logs one line per step
+                program = rft.compile(student, trainset=trainset, resume=args.resume is not None)
         atomic_write_json(run_dir.path / "report.json", {**settings, **program.report.to_dict()})
     _print_summary(program.report, run_dir.path)
     return 0
+
+
+def _open_run(path: Path, config: dict[str, Any], resume: Path | None) -> Any:
+    """The run's folder: a new one, or with --resume the recorded one (its settings must match).
+    A folder that already holds steps is refused without --resume: its events would repeat steps."""
+    from optimizers.weights.rft import STEP_EVENT
+    from whale_dspy.errors import ConfigError
+    from whale_dspy.rundir import RunDir
+
+    if resume is not None and RunDir(path).config() is None:
+        raise ConfigError(f"--resume {path}: no run is recorded there")
+    run_dir = RunDir.open(path, config)
+    if resume is None and run_dir.events(STEP_EVENT):
+        raise ConfigError(f"run {path} already holds weight steps: continue it with --resume {path}")
+    return run_dir
 
 
 def _print_summary(report: Any, run_path: Path) -> None:

@@ -6,10 +6,12 @@ them without importing each other.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
+from whale_dspy.errors import BackendError
 from whale_dspy.records import AdapterRef, ProposerUsage, SFTExample, TrainResult
 
 if TYPE_CHECKING:
@@ -17,6 +19,8 @@ if TYPE_CHECKING:
 
     from whale_dspy.harness_source import HarnessSource
     from whale_dspy.sandbox.limits import SandboxLimits
+
+logger = logging.getLogger(__name__)
 
 Tools = dict[str, Callable[..., Any]]
 """The tools a harness receives: name -> plain Python callable (fresh per rollout)."""
@@ -95,6 +99,16 @@ def reports_down(backend: object) -> bool:
     """True when `backend` can say whether it still serves and says it does not: an error then is
     the server's death, not a refused request, and no step may be recorded as done with it."""
     return isinstance(backend, HealthChecked) and not backend.healthy()
+
+
+def ensure_served(backend: InferenceBackend, adapter: AdapterRef) -> None:
+    """Load `adapter` into `backend` unless it already serves it: a resumed run continues from an
+    adapter trained before a restart, which a fresh server lacks and a shared one may hold."""
+    try:
+        backend.lm(adapter.name)
+    except BackendError:
+        logger.info("re-loading adapter %s into the server (resumed run)", adapter.name)
+        backend.load_adapter(adapter)
 
 
 @runtime_checkable

@@ -43,10 +43,10 @@ from optimizers.engine.report import report_from_state
 from optimizers.engine.schedules import Schedule
 from optimizers.engine.shared_evals import SharedEvaluations
 from whale_dspy.defaults import DEFAULT_EVAL_K, DEFAULT_TEMPERATURE, DEFAULT_THREADS
-from whale_dspy.errors import BackendError, ConfigError
+from whale_dspy.errors import ConfigError
 from whale_dspy.harness import HarnessProgram
 from whale_dspy.jsonl import repair_jsonl
-from whale_dspy.protocols import CandidateEvaluator, InferenceBackend, WeightTrainer
+from whale_dspy.protocols import CandidateEvaluator, InferenceBackend, WeightTrainer, ensure_served
 from whale_dspy.provenance import environment
 from whale_dspy.records import AdapterRef
 from whale_dspy.rollouts import Metric
@@ -297,7 +297,7 @@ class WhaleOptimizer(Teleprompter):
 
     def _bind(self, program: HarnessProgram, adapter: AdapterRef | None) -> HarnessProgram:
         if adapter is not None:
-            self._ensure_served(adapter)
+            ensure_served(self.backend, adapter)
         name = adapter.name if adapter else None
         return program.with_lm(self.backend.lm(name, **self.sampling), adapter_name=name)
 
@@ -305,13 +305,6 @@ class WhaleOptimizer(Teleprompter):
         """A phase's program back under the run's sampling (a weight phase binds its own), so the
         checkpoint evaluation and the next phase see the same completion budget as the first."""
         return program.with_lm(program.bound_lm.copy(**self.sampling), adapter_name=program.adapter_name)
-
-    def _ensure_served(self, adapter: AdapterRef) -> None:
-        try:
-            self.backend.lm(adapter.name)
-        except BackendError:
-            log.info("re-loading adapter %s into the server (resumed run)", adapter.name)
-            self.backend.load_adapter(adapter)
 
     # -- phases --------------------------------------------------------------------------------
 

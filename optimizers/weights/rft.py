@@ -23,7 +23,7 @@ import secrets
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +36,13 @@ from optimizers.weights.epochs import EpochBatches
 from optimizers.weights.sft_from_rollouts import accepted, sft_examples
 from whale_dspy.errors import BackendError, ConfigError, TrainingError
 from whale_dspy.harness import HarnessProgram
-from whale_dspy.protocols import CandidateEvaluator, InferenceBackend, WeightTrainer, reports_down
+from whale_dspy.protocols import (
+    CandidateEvaluator,
+    InferenceBackend,
+    WeightTrainer,
+    ensure_served,
+    reports_down,
+)
 from whale_dspy.records import AdapterRef, Rollout, TrainResult
 from whale_dspy.rollouts import Metric
 from whale_dspy.rundir import RunDir
@@ -152,18 +158,28 @@ class RejectionSamplingFinetune(Teleprompter):
         trainset: Sequence[dspy.Example],
         valset: Sequence[dspy.Example] | None = None,
         parent: AdapterRef | None = None,
+        resume: bool = False,
     ) -> HarnessProgram:
         """Run `config.steps` steps and return the rebound program; `valset` is not read by this phase.
 
         `student` is any dspy.Module (see `whale_dspy.student`), so this works as the weight step of
         `dspy.BetterTogether(metric=..., p=<a prompt optimizer>, w=RejectionSamplingFinetune(...))`;
-        a student on an adapter this optimizer trained continues from it."""
+        a student on an adapter this optimizer trained continues from it. `resume`: continue the
+        steps `run_dir` recorded (a run stopped by a crash or a session's end) from the adapter its
+        last step served, for the steps it still lacks; the report holds every step."""
         check_metric(self.metric)
         student = as_harness(student, examples=trainset)
+        done = self._recorded_steps() if resume else []
+        if done and done[-1].adapter is not None:  # the adapter the run served when it stopped
+            parent = done[-1].adapter
+            ensure_served(self.backend, parent)
+            self._trained[parent.name] = parent
         parent = parent or self._trained.get(student.adapter_name or "")
         started = time.perf_counter()
-        stream = itertools.islice(self.steps(student, trainset, parent=parent), self.config.steps)
-        program, signals = self._bind(student, parent), []
+        start = done[-1].step + 1 if done else 0
+        remaining = max(0, self.config.steps - len(done))
+        stream = itertools.islice(self.steps(student, trainset, start_step=start, parent=parent), remaining)
+        program, signals = self._bind(student, parent), list(done)
         for signal, stepped in stream:
             program = stepped
             signals.append(signal)
@@ -205,6 +221,16 @@ class RejectionSamplingFinetune(Teleprompter):
                 raise outcome.error
             yield signal, current
 
+    def _recorded_steps(self) -> list[WeightStep]:
+        """The steps `run_dir` recorded, in order (a step cut off before its event is run again)."""
+        if self.run_dir is None:
+            raise ConfigError("resuming the weight phase needs the run_dir its steps were recorded in")
+        known = {field.name for field in fields(WeightStep)}
+        return [
+            WeightStep.from_dict({key: value for key, value in event.items() if key in known})
+            for event in self.run_dir.events(STEP_EVENT)
+        ]
+
     def _bind(self, program: HarnessProgram, adapter: AdapterRef | None) -> HarnessProgram:
         """A new program on the server's LM for `adapter` (None: the base model)."""
         if adapter is None and program.adapter_name is not None:
@@ -222,6 +248,8 @@ class RejectionSamplingFinetune(Teleprompter):
     def _sample(self, program: HarnessProgram, batch: list[dspy.Example], step: int) -> list[Rollout]:
         """k rollouts per task, ordered by (batch position, sample) so the SFT data is deterministic."""
         traces = self.run_dir.subdir("traces", "rft") / f"step-{step:04d}.jsonl" if self.run_dir else None
+        if traces is not None and traces.exists():
+            _set_aside(traces)
         _, rollouts = self.evaluator.evaluate(
             program,
             batch,
@@ -324,6 +352,16 @@ class RejectionSamplingFinetune(Teleprompter):
             load_seconds=outcome.load_seconds,
             error=str(outcome.error) if outcome.error else None,
         )
+
+
+def _set_aside(traces: Path) -> None:
+    """Keep an earlier sampling of this step number (a step cut off before its event, or an earlier
+    compile into this folder) under its own name, so the step's file holds one sampling only."""
+    for n in itertools.count(1):
+        earlier = traces.with_suffix(f".earlier-{n}.jsonl")
+        if not earlier.exists():
+            traces.replace(earlier)
+            return
 
 
 def _log_step(signal: WeightStep) -> None:
