@@ -15,6 +15,7 @@ from server_helpers import fake_server
 from whale_dspy.backends import PROVIDER, RemoteServer, VLLMServer
 from whale_dspy.backends.process import ensure_port_free, free_port, group_members
 from whale_dspy.errors import BackendError
+from whale_dspy.protocols import ensure_served
 from whale_dspy.records import AdapterRef
 
 
@@ -125,6 +126,20 @@ def test_remote_server_drives_an_existing_server(tmp_path: Path) -> None:
             remote.load_adapter(make_adapter(tmp_path, "remote-r01", "any-base"))
             assert remote.adapters == ("preloaded", "remote-r01")
         assert local.alive()  # leaving the remote's context does not stop someone else's server
+
+
+def test_a_resumed_run_adopts_the_adapter_a_shared_server_still_holds(tmp_path: Path) -> None:
+    """A `--server-url` server outlives the run that loaded its adapter: loading the name again
+    would be refused, so the resumed run's new client takes it as loaded."""
+    with fake_server(tmp_path) as local:
+        adapter = make_adapter(tmp_path, "policy-r01-s0003", "any-base")
+        with RemoteServer(local.url + "/v1", "base") as before_the_kill:
+            before_the_kill.load_adapter(adapter)
+        with RemoteServer(local.url + "/v1", "base") as resumed:
+            ensure_served(resumed, adapter)
+            assert resumed.lm(adapter.name).model == f"{PROVIDER}/{adapter.name}"
+    loads = [entry for entry in recorded(tmp_path) if entry["path"] == "/v1/load_lora_adapter"]
+    assert len(loads) == 1
 
 
 def test_url_before_start_is_an_error(tmp_path: Path) -> None:

@@ -61,6 +61,22 @@ def test_a_folder_that_holds_steps_is_continued_only_with_resume(tmp_path, capsy
     assert f"continue it with --resume {run_dir}" in capsys.readouterr().err
     assert main(["train", "--domain", "math", *server, "--resume", str(tmp_path / "none")]) == 2
     assert "no run is recorded there" in capsys.readouterr().err
+    assert not (tmp_path / "none").exists()  # a mistyped --resume leaves no folder behind
     assert main([*command, "--k", "2", *server, "--resume", str(run_dir)]) == 2  # other settings
     assert "started with another configuration" in capsys.readouterr().err
     assert [e["step"] for e in read_jsonl(run_dir / "events.jsonl") if e["kind"] == STEP_EVENT] == [0]
+
+
+def test_a_resume_drops_the_torn_line_a_kill_left_so_the_next_event_is_not_lost(tmp_path):
+    run_dir = tmp_path / "run"
+    command = ["train", "--domain", "math", "--train-limit", "4", "--batch-size", "2"]
+    server = ["--model", str(tmp_path), "--server-url", "http://127.0.0.1:9"]  # nothing answers there
+    main([*command, *server, "--run-dir", str(run_dir)])
+    append_jsonl(run_dir / "events.jsonl", {"kind": "note", "n": 0})
+    with (run_dir / "events.jsonl").open("a") as events:
+        events.write('{"kind": "rft_step", "st')  # killed mid-write
+
+    main([*command, *server, "--resume", str(run_dir)])  # opens the run, then fails to connect
+    append_jsonl(run_dir / "events.jsonl", {"kind": "note", "n": 1})
+
+    assert [e["n"] for e in read_jsonl(run_dir / "events.jsonl")] == [0, 1]

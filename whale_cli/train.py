@@ -82,10 +82,11 @@ def run(args: argparse.Namespace) -> int:
     from optimizers.weights.rft import RejectionSamplingFinetune
     from whale_cli.eval import adapter_context, resolve_harness
     from whale_cli.wiring import backend_for_model, served, thinking_server_options
+    from whale_dspy.errors import ConfigError
     from whale_dspy.harness import HarnessProgram
     from whale_dspy.jsonl import atomic_write_json
     from whale_dspy.models import resolve_model
-    from whale_dspy.rundir import sole_writer
+    from whale_dspy.rundir import RunDir, sole_writer
     from whale_dspy.training.lora_trainer import LoraTrainer
 
     config = rft_config_from(args)  # ConfigError before any data or server work
@@ -103,6 +104,8 @@ def run(args: argparse.Namespace) -> int:
         "train_limit": args.train_limit,
         "output_format": args.output_format,
     }
+    if args.resume is not None and RunDir(path).config() is None:  # before the lock makes the folder
+        raise ConfigError(f"--resume {path}: no run is recorded there")
     with sole_writer(path):
         run_dir = _open_run(path, {"command": "train", **settings, "rft": config.to_dict()}, args.resume)
         own = thinking_server_options(args.server_url, args.thinking)
@@ -128,11 +131,11 @@ def _open_run(path: Path, config: dict[str, Any], resume: Path | None) -> Any:
     A folder that already holds steps is refused without --resume: its events would repeat steps."""
     from optimizers.weights.rft import STEP_EVENT
     from whale_dspy.errors import ConfigError
+    from whale_dspy.jsonl import repair_jsonl
     from whale_dspy.rundir import RunDir
 
-    if resume is not None and RunDir(path).config() is None:
-        raise ConfigError(f"--resume {path}: no run is recorded there")
     run_dir = RunDir.open(path, config)
+    repair_jsonl(run_dir.events_path)  # a torn last line (a kill) must not swallow the next event
     if resume is None and run_dir.events(STEP_EVENT):
         raise ConfigError(f"run {path} already holds weight steps: continue it with --resume {path}")
     return run_dir

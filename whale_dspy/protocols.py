@@ -101,14 +101,28 @@ def reports_down(backend: object) -> bool:
     return isinstance(backend, HealthChecked) and not backend.healthy()
 
 
+@runtime_checkable
+class AdoptsAdapters(Protocol):
+    """A server that lists what it holds and can take a listed adapter as loaded (a `--server-url`
+    server that outlived the run: loading the name again would be refused)."""
+
+    def listed_adapters(self) -> set[str]: ...
+
+    def adopt_adapter(self, ref: AdapterRef) -> None: ...
+
+
 def ensure_served(backend: InferenceBackend, adapter: AdapterRef) -> None:
-    """Load `adapter` into `backend` unless it already serves it: a resumed run continues from an
-    adapter trained before a restart, which a fresh server lacks and a shared one may hold."""
+    """Serve `adapter` from `backend` unless it already does: a resumed run continues from an
+    adapter trained before a restart, which a fresh server lacks and a shared one may still hold."""
     try:
         backend.lm(adapter.name)
     except BackendError:
-        logger.info("re-loading adapter %s into the server (resumed run)", adapter.name)
-        backend.load_adapter(adapter)
+        if isinstance(backend, AdoptsAdapters) and adapter.name in backend.listed_adapters():
+            logger.info("adopting adapter %s, which the server still holds (resumed run)", adapter.name)
+            backend.adopt_adapter(adapter)
+        else:
+            logger.info("re-loading adapter %s into the server (resumed run)", adapter.name)
+            backend.load_adapter(adapter)
 
 
 @runtime_checkable

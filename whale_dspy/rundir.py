@@ -11,7 +11,7 @@ import contextlib
 import json
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ from filelock import FileLock, Timeout
 
 from whale_dspy.errors import ConfigError
 from whale_dspy.jsonl import append_jsonl, atomic_write_json, read_jsonl
+from whale_dspy.records import AdapterRef
 
 CONFIG_FILE = "config.json"
 EVENTS_FILE = "events.jsonl"
@@ -80,6 +81,22 @@ class RunDir:
 
     def events(self, kind: str | None = None) -> list[dict[str, Any]]:
         return [e for e in read_jsonl(self.events_path) if kind is None or e.get("kind") == kind]
+
+    def adapter_here(self, ref: AdapterRef, base: str | None) -> AdapterRef:
+        """`ref` as it stands on this machine. A run folder restored elsewhere (a record archive
+        unpacked on another machine) holds the adapter at the tail of its recorded absolute path,
+        and the model cache may lie elsewhere (`base`: what this run serves now; its recorded
+        settings already named the same model). A ref whose files are not found here is returned
+        as recorded: a shared server may still hold it, and loading it says so if none does."""
+        path = ref.path
+        if not Path(path).exists():
+            parts = Path(path).parts
+            tails = (self.path.joinpath(*parts[i:]) for i in range(1, len(parts)))
+            found = next((tail for tail in tails if (tail / "adapter_config.json").is_file()), None)
+            path = str(found.resolve()) if found else path
+        old_base = Path(ref.base)
+        moved_base = base and ref.base != base and old_base.is_absolute() and not old_base.exists()
+        return replace(ref, path=path, base=base if moved_base else ref.base)
 
 
 @contextlib.contextmanager

@@ -11,6 +11,7 @@ its budget rule and its accounting.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -278,7 +279,11 @@ class WhaleOptimizer(Teleprompter):
     def _open(self, student: HarnessProgram, data: RunSets) -> Recorder:
         run = RunDir.open(self.run_dir, self._config(student, data))
         repair_jsonl(run.events_path)  # a torn last line (kill -9) must not precede new events
-        recorder = Recorder(run, load_state(run, initial_state(run, student.source)), self.on_event)
+        state = load_state(run, initial_state(run, student.source))
+        if state.adapter_ref is not None:  # a run folder restored on another machine holds it elsewhere
+            here = run.adapter_here(state.adapter_ref, self.backend.base_model)
+            state = dataclasses.replace(state, adapter=dataclasses.asdict(here))
+        recorder = Recorder(run, state, self.on_event)
         if recorder.state.finished:  # reopened for its program and report (a comparison passing over it)
             return recorder  # nothing runs, nothing is recorded
         recorder.record(

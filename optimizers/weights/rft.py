@@ -171,7 +171,7 @@ class RejectionSamplingFinetune(Teleprompter):
         student = as_harness(student, examples=trainset)
         done = self._recorded_steps() if resume else []
         if done and done[-1].adapter is not None:  # the adapter the run served when it stopped
-            parent = done[-1].adapter
+            parent = self.run_dir.adapter_here(done[-1].adapter, self._base())
             ensure_served(self.backend, parent)
             self._trained[parent.name] = parent
         parent = parent or self._trained.get(student.adapter_name or "")
@@ -226,10 +226,14 @@ class RejectionSamplingFinetune(Teleprompter):
         if self.run_dir is None:
             raise ConfigError("resuming the weight phase needs the run_dir its steps were recorded in")
         known = {field.name for field in fields(WeightStep)}
-        return [
+        done = [
             WeightStep.from_dict({key: value for key, value in event.items() if key in known})
             for event in self.run_dir.events(STEP_EVENT)
         ]
+        numbers = [step.step for step in done]
+        if numbers != list(range(len(done))):  # a folder two runs wrote into: which step is last?
+            raise ConfigError(f"{self.run_dir.path} records steps {numbers}, not 0 to {len(done) - 1} once")
+        return done
 
     def _bind(self, program: HarnessProgram, adapter: AdapterRef | None) -> HarnessProgram:
         """A new program on the server's LM for `adapter` (None: the base model)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 from rich.console import Console
@@ -103,6 +104,25 @@ def test_resumed_run_reloads_its_adapter_into_a_new_server(tmp_path):
     _, server, weight = run(tmp_path / "run", crashes)
     assert server.load_order[0] == "fake-s0002"  # the adapter the crashed harness phase was using
     assert weight.started[0] == 3
+
+
+def test_a_run_folder_restored_elsewhere_resumes_from_its_own_copy_of_the_adapter(tmp_path):
+    """A record archive unpacked on another machine: the events name the first machine's paths."""
+    first = tmp_path / "first" / "run"
+    crashes = Crashes({("harness", 1, "before")})
+    server = backend()
+    weight = FakeWeightPhase(server, crashes=crashes, adapter_dir=first / "adapters")
+    opt = optimizer(first, server, weight=weight, harness=FakeHarnessPhase(crashes=crashes), budget=BUDGET)
+    with pytest.raises(Crash):
+        compile_run(opt, server)
+    for step in range(3):  # what a trainer would have written there
+        (first / "adapters" / f"s{step}").mkdir(parents=True)
+        (first / "adapters" / f"s{step}" / "adapter_config.json").write_text("{}")
+    shutil.move(first, tmp_path / "run")
+
+    _, server, _ = run(tmp_path / "run", crashes)
+
+    assert server.loaded["fake-s0002"].path == str((tmp_path / "run" / "adapters" / "s2").resolve())
 
 
 def test_resuming_a_finished_run_does_no_work(tmp_path):

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
+import pytest
 from rft_helpers import make_rft, program, reply, tasks
 
+from whale_dspy.errors import ConfigError
 from whale_dspy.jsonl import append_jsonl, read_jsonl
 
 REPLIES = {"QALPHA": reply(answer="alpha"), "QBETA": reply(answer="beta")}  # every sample right
@@ -63,3 +68,29 @@ def test_without_resume_compile_starts_over_as_before(tmp_path):
     assert [call.parent for call in trainer.calls] == [None]
     traces = again.run_dir.path / "traces" / "rft"
     assert sorted(p.name for p in traces.iterdir()) == ["step-0000.earlier-1.jsonl", "step-0000.jsonl"]
+
+
+def test_a_run_folder_restored_elsewhere_resumes_from_its_own_copy_of_the_last_adapter(tmp_path):
+    """A record archive unpacked on another machine: the events name the first machine's paths."""
+    first, _, _ = make_rft(REPLIES, tmp_path / "first", steps=2)
+    first.compile(program(), trainset=tasks("ALPHA", "BETA"))
+    shutil.move(tmp_path / "first" / "run", tmp_path / "run")  # the recorded paths are gone
+
+    again, backend, trainer = make_rft(REPLIES, tmp_path, steps=3)
+    again.compile(program(), trainset=tasks("ALPHA", "BETA"), resume=True)
+
+    served = backend.loaded[first.report.final_adapter.name]
+    assert Path(served.path) == (tmp_path / "run" / "adapters" / served.name / "adapter").resolve()
+    assert trainer.calls[0].parent == served  # trained on from the copy that is here
+
+
+def test_a_resume_refuses_a_folder_whose_steps_two_runs_wrote(tmp_path):
+    first, _, _ = make_rft(REPLIES, tmp_path, steps=2)
+    first.compile(program(), trainset=tasks("ALPHA", "BETA"))
+    for event in list(first.run_dir.events("rft_step")):  # the steps recorded twice over
+        append_jsonl(first.run_dir.events_path, event)
+
+    again, _, trainer = make_rft(REPLIES, tmp_path, steps=4)
+    with pytest.raises(ConfigError, match=r"records steps \[0, 1, 0, 1\]"):
+        again.compile(program(), trainset=tasks("ALPHA", "BETA"), resume=True)
+    assert trainer.calls == []
