@@ -10,6 +10,7 @@ import pytest
 
 from whale_dspy.errors import ConfigError
 from whale_dspy.jsonl import append_jsonl, atomic_write_json, atomic_write_text, read_jsonl
+from whale_dspy.records import AdapterRef
 from whale_dspy.rundir import RunDir
 
 
@@ -87,3 +88,18 @@ def test_events_written_before_a_kill_are_kept(tmp_path):
     )
     subprocess.run([sys.executable, "-c", script], check=False)
     assert [r["i"] for r in read_jsonl(tmp_path / "e.jsonl")] == list(range(5))
+
+
+def test_an_adapter_is_found_where_a_restored_run_folder_holds_it(tmp_path):
+    run = RunDir(tmp_path / "here" / "run")
+    copy = run.path / "adapters" / "a1" / "adapter"
+    copy.mkdir(parents=True)
+    (copy / "adapter_config.json").write_text("{}")
+    old = AdapterRef("a1", "/gone/runs/run/adapters/a1/adapter", "/gone/cache/model")
+
+    moved = run.adapter_here(old, "/here/cache/model")
+    assert (moved.path, moved.base) == (str(copy.resolve()), "/here/cache/model")
+    hub = AdapterRef("a1", str(copy), "Qwen/Qwen2.5-0.5B")  # a hub id is no path: never swapped
+    assert run.adapter_here(hub, "/here/cache/model") == hub
+    elsewhere = AdapterRef("a2", "/gone/a2/adapter", "/gone/cache/model")  # a server may hold it
+    assert run.adapter_here(elsewhere, None) == elsewhere
