@@ -43,6 +43,7 @@ from whale_dspy.protocols import (
     ensure_served,
     reports_down,
 )
+from whale_dspy.provenance import environment
 from whale_dspy.records import AdapterRef, Rollout, TrainResult
 from whale_dspy.rollouts import Metric
 from whale_dspy.rundir import RunDir
@@ -52,6 +53,7 @@ from whale_dspy.student import as_harness, check_metric
 log = logging.getLogger(__name__)
 
 STEP_EVENT = "rft_step"
+STARTED_EVENT, RESUMED_EVENT = "rft_started", "rft_resumed"
 
 
 @dataclass(frozen=True)
@@ -175,6 +177,13 @@ class RejectionSamplingFinetune(Teleprompter):
             ensure_served(self.backend, parent)
             self._trained[parent.name] = parent
         parent = parent or self._trained.get(student.adapter_name or "")
+        if self.run_dir is not None:  # what ran, on this machine, in this sitting
+            self.run_dir.log_event(
+                RESUMED_EVENT if done else STARTED_EVENT,
+                served_model=self.backend.served_model(),
+                serving=self.backend.serving(),
+                environment=environment(),
+            )
         started = time.perf_counter()
         start = done[-1].step + 1 if done else 0
         remaining = max(0, self.config.steps - len(done))

@@ -29,6 +29,9 @@ def test_resume_runs_only_the_missing_steps_from_the_adapter_the_run_last_served
     assert [e["step"] for e in again.run_dir.events("rft_step")] == [0, 1, 2]  # nothing repeated
     assert compiled.adapter_name == trainer.calls[0].name == again.report.final_adapter.name
     assert again.report.rollouts == 3 * 2 * 2
+    sittings = [e for e in again.run_dir.events() if e["kind"] in ("rft_started", "rft_resumed")]
+    assert [e["kind"] for e in sittings] == ["rft_started", "rft_resumed"]  # each names its code
+    assert all({"commit", "dirty"} <= set(e["environment"]["code"]) for e in sittings)
 
 
 def test_resume_of_a_finished_run_trains_nothing_and_serves_its_last_adapter(tmp_path):
