@@ -103,3 +103,16 @@ def test_an_adapter_is_found_where_a_restored_run_folder_holds_it(tmp_path):
     assert run.adapter_here(hub, "/here/cache/model") == hub
     elsewhere = AdapterRef("a2", "/gone/a2/adapter", "/gone/cache/model")  # a server may hold it
     assert run.adapter_here(elsewhere, None) == elsewhere
+
+
+def test_a_restored_run_serves_its_own_copy_even_where_another_run_holds_the_recorded_path(tmp_path):
+    """A new run at the original folder writes adapters under the same names and paths."""
+    original = tmp_path / "original" / "adapters" / "a1" / "adapter"
+    restored = RunDir(tmp_path / "restored")
+    for folder in (original, restored.path / "adapters" / "a1" / "adapter"):
+        folder.mkdir(parents=True)
+        (folder / "adapter_config.json").write_text("{}")
+    ref = AdapterRef("a1", str(original), "base")
+    assert restored.adapter_here(ref, None).path == str(
+        (restored.path / "adapters" / "a1" / "adapter").resolve()
+    )

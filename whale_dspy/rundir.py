@@ -89,13 +89,15 @@ class RunDir:
         settings already named the same model). A ref whose files are not found here is returned
         as recorded: a shared server may still hold it, and loading it says so if none does."""
         path = ref.path
-        if not Path(path).exists():
+        if not Path(path).resolve().is_relative_to(self.path.resolve()):  # another run's folder may hold it
             parts = Path(path).parts
             tails = (self.path.joinpath(*parts[i:]) for i in range(1, len(parts)))
             found = next((tail for tail in tails if (tail / "adapter_config.json").is_file()), None)
             path = str(found.resolve()) if found else path
         old_base = Path(ref.base)
-        moved_base = base and ref.base != base and old_base.is_absolute() and not old_base.exists()
+        moved_base = (  # the same model folder in another cache, never another model
+            base and old_base.is_absolute() and not old_base.exists() and old_base.name == Path(base).name
+        )
         return replace(ref, path=path, base=base if moved_base else ref.base)
 
 

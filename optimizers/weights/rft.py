@@ -173,7 +173,7 @@ class RejectionSamplingFinetune(Teleprompter):
         student = as_harness(student, examples=trainset)
         done = self._recorded_steps() if resume else []
         if done and done[-1].adapter is not None:  # the adapter the run served when it stopped
-            parent = self.run_dir.adapter_here(done[-1].adapter, self._base())
+            parent = self.run_dir.adapter_here(done[-1].adapter, self.base or self.backend.base_model)
             ensure_served(self.backend, parent)
             self._trained[parent.name] = parent
         parent = parent or self._trained.get(student.adapter_name or "")
