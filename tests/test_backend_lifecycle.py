@@ -12,8 +12,8 @@ import dspy
 import pytest
 from server_helpers import fake_server
 
-from whale_dspy.backends import PROVIDER, RemoteServer, VLLMServer
-from whale_dspy.backends.process import ensure_port_free, free_port, group_members
+from whale_dspy.backends import PROVIDER, RemoteServer, VLLMServer, vllm_server
+from whale_dspy.backends.process import PORT_TAKEN_MARK, PortTaken, ensure_port_free, free_port, group_members
 from whale_dspy.errors import BackendError
 from whale_dspy.protocols import ensure_served
 from whale_dspy.records import AdapterRef
@@ -39,6 +39,40 @@ def test_a_taken_port_is_refused_before_launch(tmp_path: Path) -> None:
         with pytest.raises(BackendError, match="taken"):
             server.start()
     assert server.pid is None
+
+
+@pytest.fixture
+def held_port():
+    """A port another process could hold: a listener on it for the test's length."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        yield holder.getsockname()[1]
+
+
+@pytest.mark.parametrize("taken_at", ["check", "bind"])
+def test_a_picked_port_another_process_takes_is_picked_anew(tmp_path, monkeypatch, held_port, taken_at):
+    # Between free_port's pick and the server's bind another process can take the port (tests in
+    # parallel did): before the launch's check, or after it, when only the server's own bind fails.
+    picks = iter([held_port])
+    monkeypatch.setattr(vllm_server, "free_port", lambda: next(picks, None) or free_port())
+    if taken_at == "bind":
+        monkeypatch.setattr(vllm_server, "ensure_port_free", lambda port: None)
+    server = fake_server(tmp_path)
+    try:
+        server.start()
+        assert server.healthy() and not server.url.endswith(f":{held_port}")
+    finally:
+        server.stop()
+    assert (PORT_TAKEN_MARK in (tmp_path / "server.log").read_text()) == (taken_at == "bind")
+
+
+def test_a_server_gives_up_on_ports_that_are_always_taken(tmp_path, monkeypatch, held_port) -> None:
+    picked = []
+    monkeypatch.setattr(vllm_server, "free_port", lambda: picked.append(held_port) or held_port)
+    with pytest.raises(PortTaken, match="taken"):
+        fake_server(tmp_path).start()
+    assert len(picked) == vllm_server.PORT_ATTEMPTS
 
 
 def test_ports_picked_for_servers_started_together_are_never_the_same() -> None:

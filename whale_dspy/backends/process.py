@@ -40,7 +40,8 @@ def free_port() -> int:
     """A loopback port nobody listens on now (the kernel picks it) and that this process has not
     handed out before. The kernel can pick a just-closed port again (twice in a row in 4 of 20,000
     pairs measured): two replicas started together were given one port, and the second found it
-    taken. Processes can still collide; `ensure_port_free` then says so before launch."""
+    taken. Processes can still collide; `ensure_port_free` then says so before launch, and a server
+    that picked the port picks again (`VLLMServer.start`)."""
     with _handed_out_lock:
         for _ in range(PORT_PICKS):
             with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -52,8 +53,17 @@ def free_port() -> int:
     raise BackendError(f"no loopback port that this process has not used yet in {PORT_PICKS} picks")
 
 
+class PortTaken(BackendError):
+    """Another process holds the port a server was to bind."""
+
+
+PORT_TAKEN_MARK = "Address already in use"
+"""What a server's log says when its bind found the port taken (errno 98's text, as Python and
+uvicorn print it)."""
+
+
 def ensure_port_free(port: int) -> None:
-    """BackendError before launching when another process already listens on the port.
+    """PortTaken before launching when another process already listens on the port.
 
     SO_REUSEADDR, as the server itself binds: connections a stopped server left in TIME_WAIT
     do not hold the port (without it, a restart on the same port failed for a minute)."""
@@ -62,7 +72,7 @@ def ensure_port_free(port: int) -> None:
         try:
             sock.bind((LOOPBACK, port))
         except OSError as error:
-            raise BackendError(
+            raise PortTaken(
                 f"port {port} on {LOOPBACK} is taken ({error.strerror}); pass another port or none "
                 "to pick a free one"
             ) from None
@@ -124,12 +134,14 @@ class ManagedProcess:
         self.grace_s = grace_s
         self._proc: subprocess.Popen[bytes] | None = None
         self._finalizer: weakref.finalize | None = None
+        self._log_start = 0  # where this process's lines begin in a log earlier processes wrote to
 
     def start(self) -> None:
         if self._proc is not None:
             raise BackendError(f"process already started (pid {self._proc.pid})")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("ab") as log:
+            self._log_start = log.tell()
             self._proc = subprocess.Popen(
                 self.argv,
                 stdin=subprocess.DEVNULL,
@@ -171,3 +183,12 @@ class ManagedProcess:
         except FileNotFoundError:
             return "(no log written)"
         return "\n".join(text.splitlines()[-lines:])
+
+    def logged(self, limit_bytes: int = 1 << 20) -> str:
+        """What this process wrote to its log (its first `limit_bytes`), without earlier processes' lines."""
+        try:
+            with self.log_path.open("rb") as log:
+                log.seek(self._log_start)
+                return log.read(limit_bytes).decode(errors="replace")
+        except FileNotFoundError:
+            return ""

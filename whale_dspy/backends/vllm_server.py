@@ -20,7 +20,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from whale_dspy.backends.process import LOOPBACK, ManagedProcess, ensure_port_free, free_port
+from whale_dspy.backends.process import (
+    LOOPBACK,
+    PORT_TAKEN_MARK,
+    ManagedProcess,
+    PortTaken,
+    ensure_port_free,
+    free_port,
+)
 from whale_dspy.backends.remote import HEALTH_TIMEOUT_S, HEALTH_TRIES, RemoteServer
 from whale_dspy.errors import BackendError, ConfigError
 
@@ -57,6 +64,10 @@ def default_dtype() -> str:
 VLLM_MODULE = "vllm.entrypoints.openai.api_server"
 
 CPU_MAX_MODEL_LEN = 8192
+
+PORT_ATTEMPTS = 3
+"""How many ports a server that picks its own tries: between the pick and the server's bind another
+process can take the port (tests running in parallel did, one run in about fifty)."""
 """Context cap on a CPU build without our plugin, where every prompt is prefilled whole (see `_argv`)."""
 
 
@@ -190,22 +201,36 @@ class VLLMServer(RemoteServer):
         }
 
     def start(self) -> None:
-        """Launch and block until /health answers; BackendError (with log tail) otherwise."""
+        """Launch and block until /health answers; BackendError (with log tail) otherwise. A port this
+        server picked itself is picked anew when another process takes it first."""
         from whale_dspy.models import resolve_model
 
         if self._process is not None:
             raise BackendError(f"the vLLM server is already started at {self._url}")
         model_path = resolve_model(self.model, cache_dir=self.cache_dir)
         self.base_model = model_path
-        port = self.port if self.port is not None else free_port()
+        attempts = 1 if self.port is not None else PORT_ATTEMPTS  # a port the caller named is theirs
+        for attempt in range(1, attempts + 1):
+            try:
+                self._launch(model_path, self.port if self.port is not None else free_port())
+                return
+            except PortTaken as taken:
+                if attempt == attempts:
+                    raise
+                logger.warning("%s; picking another port", str(taken).splitlines()[0])
+
+    def _launch(self, model_path: str, port: int) -> None:
+        """One launch on `port`; PortTaken when another process holds it, before or at the bind."""
         ensure_port_free(port)
         self._process = ManagedProcess(self._argv(model_path, port), log_path=self.log_path, env=self._env())
         self._url = f"http://{LOOPBACK}:{port}"
         self._process.start()
         try:
             self._wait_healthy()
-        except BaseException:
+        except BaseException as error:
             self.stop()
+            if isinstance(error, BackendError) and PORT_TAKEN_MARK in self._process.logged():
+                raise PortTaken(f"port {port} on {LOOPBACK} was taken before the server bound it") from error
             raise
 
     def stop(self) -> None:
