@@ -190,6 +190,45 @@ def test_paired_pools_seeds_of_one_method_task_by_task(tmp_path, capsys):
         assert why in refused(["paired", str(start), pool, "--labels", "h0,pool"], capsys), pool
 
 
+def test_paired_takes_the_difference_of_two_gains_task_by_task(tmp_path, capsys):
+    """(A − B) − (C − D): a harness's gain on a checkpoint against its gain on the base weights, paired
+    by task, so the tasks both gains share cancel; the two gains' own intervals cannot say this."""
+    zeros = {f"t{i}": [0.0] for i in range(60)}
+    base_h0 = write_read(tmp_path / "base-h0", zeros)
+    base_pick = write_read(
+        tmp_path / "base-pick", {f"t{i}": [float(i < 12)] for i in range(60)}, harness="c1"
+    )
+    ckpt_h0 = write_read(tmp_path / "ckpt-h0", zeros, adapter="/a")
+    # the checkpoint's pick solves the base pick's 12 tasks and 12 more: the gain is larger by 0.2
+    ckpt_pick = write_read(
+        tmp_path / "ckpt-pick", {f"t{i}": [float(i < 24)] for i in range(60)}, adapter="/a"
+    )
+    reads = [str(base_h0), str(base_pick), str(ckpt_h0), str(ckpt_pick)]
+    spec = "ckpt-pick,ckpt-h0,base-pick,base-h0"
+    assert (
+        main(["paired", *reads, "--difference", spec, "--difference", "base-pick,base-h0,ckpt-pick,ckpt-h0"])
+        == 0
+    )
+    out = capsys.readouterr().out
+    rows = {line.split(" | ")[0].strip("| "): line for line in out.splitlines() if line.startswith("| (")}
+    larger = rows["(ckpt-pick − ckpt-h0) − (base-pick − base-h0)"]
+    assert "| +0.200 | [+0.100, +0.300] | 60 | beyond noise |" in larger
+    assert "| -0.200 |" in rows["(base-pick − base-h0) − (ckpt-pick − ckpt-h0)"]
+    assert "A difference of gains" in out
+    same = write_read(tmp_path / "same", {f"t{i}": [float(i < 12)] for i in range(60)}, adapter="/a")
+    assert main(["paired", *reads[:3], str(same), "--difference", "same,ckpt-h0,base-pick,base-h0"]) == 0
+    assert "| +0.000 | [+0.000, +0.000] | 60 | within noise |" in capsys.readouterr().out
+    assert "four distinct reads" in refused(
+        ["paired", *reads, "--difference", "ckpt-pick,ckpt-h0,base-pick"], capsys
+    )
+    assert "four distinct reads" in refused(
+        ["paired", *reads, "--difference", "ckpt-pick,ckpt-h0,x,base-h0"], capsys
+    )
+    pooled = f"{ckpt_pick}{os.pathsep}{same}"
+    argv = ["paired", *reads[:3], pooled, "--difference", "ckpt-pick+same,ckpt-h0,base-pick,base-h0"]
+    assert "not pooled seeds" in refused(argv, capsys)
+
+
 def test_paired_refuses_what_cannot_be_paired(tmp_path, capsys):
     a = write_read(tmp_path / "a", {"t0": [1.0]})
     assert "at least two reads" in refused(["paired", str(a)], capsys)

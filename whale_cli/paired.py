@@ -10,6 +10,8 @@ read with the path separator (`whale-s1:whale-s2`): their scores are pooled task
 are gains averaged over the seeds, and each such pair gets a second interval, a hierarchical bootstrap
 over seeds then tasks, which holds the spread a further seed's training adds and decides its verdict.
 A read may lie in a record archive (`bench/records/NAME.tar.gz/READ`): it is read where it was packed.
+`--difference A,B,C,D` adds a difference of two gains, (A − B) − (C − D), with its own interval over
+tasks: whether a harness gains more on a checkpoint than on the base weights, say.
 """
 
 from __future__ import annotations
@@ -48,6 +50,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=float,
         default=CI_LEVEL,
         help="the pairs' CI level; 1 - 0.05/m holds m comparisons together (Bonferroni), e.g. 0.9875 for 4",
+    )
+    parser.add_argument(
+        "--difference",
+        action="append",
+        default=[],
+        metavar="A,B,C,D",
+        help="also (A − B) − (C − D) for these read labels, task by task with its CI: does a harness's "
+        "gain on a checkpoint (A − B) beat its gain on the base (C − D)? Repeatable",
     )
     parser.set_defaults(func=run)
 
@@ -91,7 +101,8 @@ def load_report(folder: Path, archives: RecordArchives) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    table = reads_table(load_reads(args.reads, args.labels), level=args.level)
+    differences = [[label.strip() for label in spec.split(",")] for spec in args.difference]
+    table = reads_table(load_reads(args.reads, args.labels), level=args.level, differences=differences)
     print(table)
     if args.out is not None:
         atomic_write_text(args.out, table)

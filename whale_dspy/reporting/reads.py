@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from itertools import combinations
 from typing import Any
 
+import numpy as np
+
 from whale_dspy.errors import ConfigError
 from whale_dspy.reporting.pairs import SEEDED_NOTE, paired_row
 from whale_dspy.reporting.tables import pooled_per_task
@@ -104,9 +106,39 @@ def pair_row(before: Read, after: Read, gain: PairedGain, *, level: float, seede
     return paired_row(label, gain, wide, f"{before.pooled} vs {after.pooled}")
 
 
-def reads_table(reads: Sequence[Read], *, level: float = CI_LEVEL) -> str:
+def gain_difference(reads: Sequence[Read], labels: Sequence[str], *, level: float = CI_LEVEL) -> PairedGain:
+    """(A − B) − (C − D) for the reads labelled A, B, C, D: how much more one gain is than another
+    (a harness edit's gain on a checkpoint against its gain on the base weights), task by task on the
+    tasks all four scored, with its bootstrap interval over those tasks. Two gains' own intervals
+    cannot say this: they share the between-task variance the pairing removes."""
+    by_label = {read.label: read for read in reads}
+    if len(labels) != 4 or len(set(labels)) != 4 or not set(labels) <= set(by_label):
+        raise ConfigError(
+            f"a difference of gains names four distinct reads A,B,C,D among {', '.join(by_label)}; got "
+            f"{','.join(labels)}"
+        )
+    a, b, c, d = (by_label[label] for label in labels)
+    if max(read.pooled for read in (a, b, c, d)) > 1:
+        raise ConfigError(
+            f"{','.join(labels)}: a difference of gains takes one seed a read, not pooled seeds"
+        )
+    _one_split([a, b, c, d])
+    tasks = [task for task in a.per_task if all(task in read.per_task for read in (b, c, d))]
+    if not tasks:
+        raise ConfigError(f"{','.join(labels)}: the four reads share no task")
+
+    def gains(after: Read, before: Read) -> dict[str, list[float]]:
+        return {t: [float(np.mean(after.per_task[t]) - np.mean(before.per_task[t]))] for t in tasks}
+
+    return paired_gain(gains(c, d), gains(a, b), level=level)
+
+
+def reads_table(
+    reads: Sequence[Read], *, level: float = CI_LEVEL, differences: Sequence[Sequence[str]] = ()
+) -> str:
     """Markdown: each read's mean@k with its CI, then every pair's paired gain and verdict, with
-    the pairs' intervals at `level` (each read's own stays the 95% its report holds)."""
+    the pairs' intervals at `level` (each read's own stays the 95% its report holds), then each
+    difference of gains asked for (`gain_difference`)."""
     rows = [
         "| read | harness | weights | dtype | tasks | k | mean@k [95% CI] |",
         "|---|---|---|---|---|---|---|",
@@ -126,7 +158,16 @@ def reads_table(reads: Sequence[Read], *, level: float = CI_LEVEL) -> str:
         rows += ["", f"| pair | gain | {at} CI | tasks | |", "|---|---|---|---|---|"]
     pairs = read_pairs(reads, level=level)
     rows += [pair_row(before, after, gain, level=level, seeded=seeded) for before, after, gain in pairs]
+    for labels in differences:
+        gain = gain_difference(reads, labels, level=level)
+        a, b, c, d = labels
+        rows.append(paired_row(f"({a} − {b}) − ({c} − {d})", gain, None, "1 each" if seeded else ""))
     notes = ["Paired by task on the tasks both reads scored; percentile bootstrap CI over tasks."]
+    if differences:
+        notes.append(
+            "A difference of gains, (A − B) − (C − D), is taken task by task on the tasks all four reads "
+            "scored; its CI is a percentile bootstrap over those tasks."
+        )
     pooled = [f"{read.label} pools {read.pooled}" for read in reads if read.pooled > 1]
     if pooled:
         notes.append(
