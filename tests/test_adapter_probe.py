@@ -83,3 +83,10 @@ def test_a_replica_set_refuses_an_adapter_that_lands_on_no_replica(tmp_path: Pat
         replicas.stop()
         for fake in fakes:
             fake.stop()
+
+
+def test_a_file_that_is_not_safetensors_is_refused_as_unreadable(tmp_path: Path) -> None:
+    # Its first 8 bytes read as a header length of petabytes: reading that header whole ran out of memory.
+    (tmp_path / "adapter_model.safetensors").write_bytes(b"not a safetensors file")
+    with pytest.raises(BackendError, match="cannot be read"):
+        trained(tmp_path)

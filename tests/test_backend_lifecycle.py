@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import dataclasses
 import json
+import shutil
 import socket
 from pathlib import Path
 
@@ -17,11 +19,12 @@ from whale_dspy.backends.process import PORT_TAKEN_MARK, PortTaken, ensure_port_
 from whale_dspy.errors import BackendError
 from whale_dspy.protocols import ensure_served
 from whale_dspy.records import AdapterRef
+from whale_dspy.testing.random_adapter import numpy_adapter
 
 
 def make_adapter(tmp_path: Path, name: str, base: str) -> AdapterRef:
     folder = tmp_path / name
-    folder.mkdir()
+    folder.mkdir(parents=True)
     (folder / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": base}))
     return AdapterRef(name=name, path=str(folder), base=base)
 
@@ -174,6 +177,28 @@ def test_a_resumed_run_adopts_the_adapter_a_shared_server_still_holds(tmp_path: 
             assert resumed.lm(adapter.name).model == f"{PROVIDER}/{adapter.name}"
     loads = [entry for entry in recorded(tmp_path) if entry["path"] == "/v1/load_lora_adapter"]
     assert len(loads) == 1
+
+
+def test_a_resumed_run_adopts_only_its_own_adapter_files(tmp_path: Path) -> None:
+    """A name says which, not what: the server's listed folder must be the run's adapter or a copy of
+    its files (a restored run folder, an adapter store's copy); another run's adapter of the same name
+    is refused, not served as this run's."""
+    with fake_server(tmp_path) as local:
+        served = numpy_adapter(tmp_path / "first", "any-base", name="policy-r01-s0003", zero_b=True)
+        with RemoteServer(local.url + "/v1", "base") as first:
+            first.load_adapter(served)
+        copy = tmp_path / "restored" / served.name
+        shutil.copytree(served.path, copy)
+        with RemoteServer(local.url + "/v1", "base") as resumed:
+            ensure_served(resumed, dataclasses.replace(served, path=str(copy)))
+            assert resumed.lm(served.name).model == f"{PROVIDER}/{served.name}"
+        config = json.loads((copy / "adapter_config.json").read_text())
+        (copy / "adapter_config.json").write_text(json.dumps({**config, "r": 16}))  # another run's adapter
+        with (
+            RemoteServer(local.url + "/v1", "base") as other,
+            pytest.raises(BackendError, match="another run"),
+        ):
+            ensure_served(other, dataclasses.replace(served, path=str(copy)))
 
 
 def test_url_before_start_is_an_error(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ them without importing each other.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
@@ -103,10 +103,11 @@ def reports_down(backend: object) -> bool:
 
 @runtime_checkable
 class AdoptsAdapters(Protocol):
-    """A server that lists what it holds and can take a listed adapter as loaded (a `--server-url`
-    server that outlived the run: loading the name again would be refused)."""
+    """A server that lists what it holds, each adapter with the folder it was loaded from, and can
+    take a listed adapter as loaded (a `--server-url` server that outlived the run: loading the name
+    again would be refused)."""
 
-    def listed_adapters(self) -> set[str]: ...
+    def listed_adapters(self) -> Mapping[str, str]: ...
 
     def adopt_adapter(self, ref: AdapterRef) -> None: ...
 

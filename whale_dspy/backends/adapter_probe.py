@@ -100,6 +100,8 @@ def trained(adapter_dir: str | Path) -> bool:
     try:
         with path.open("rb") as file:
             (size,) = struct.unpack("<Q", file.read(8))
+            if size > path.stat().st_size - 8:  # not safetensors: its header would be read whole
+                raise ValueError(f"its header claims {size} bytes, more than the file holds")
             header = json.loads(file.read(size))
             for key, entry in header.items():
                 if key.endswith("lora_B.weight"):

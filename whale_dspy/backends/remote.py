@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from whale_dspy.backends.adapter_probe import AdapterProbe, Scores, completion_scores, probe_request
 from whale_dspy.defaults import SERVED_LM_SAMPLING
 from whale_dspy.errors import BackendError
+from whale_dspy.provenance import adapter_checksums
 from whale_dspy.records import AdapterRef
 
 if TYPE_CHECKING:
@@ -96,9 +97,14 @@ class RemoteServer:
                 return str(model.get("root") or model["id"])
         raise BackendError(f"the server at {self._url} serves no model named {self.served_name!r}")
 
-    def listed_adapters(self) -> set[str]:
-        """The adapters the server itself lists now (after a restart: none, or what its resolver loaded)."""
-        return {str(model["id"]) for model in self._models() if model.get("id") != self.served_name}
+    def listed_adapters(self) -> dict[str, str]:
+        """The adapters the server itself lists now (after a restart: none, or what its resolver
+        loaded), each with the folder it was loaded from (vLLM's `root`)."""
+        return {
+            str(model["id"]): str(model.get("root") or "")
+            for model in self._models()
+            if model.get("id") != self.served_name
+        }
 
     def _models(self) -> list[dict[str, Any]]:
         import httpx
@@ -162,10 +168,19 @@ class RemoteServer:
 
     def adopt_adapter(self, ref: AdapterRef) -> None:
         """Take as loaded an adapter the server already lists under ref.name (this run loaded it
-        before a resume): loading it again would be refused."""
+        before a resume): loading it again would be refused. The server must have loaded that name
+        from ref's folder or a copy of its files; another run's adapter of the same name is refused."""
         self._check_new_name(ref.name)
-        if ref.name not in self.listed_adapters():
+        listed = self.listed_adapters()
+        if ref.name not in listed:
             raise BackendError(f"the server at {self._url} does not serve {ref.name!r}: load it instead")
+        root = listed[ref.name]
+        if not same_adapter(root, ref.path):
+            raise BackendError(
+                f"the server at {self._url} serves {ref.name!r} from {root or 'a folder it does not name'}, "
+                f"not from {ref.path} or a copy of it: another run's adapter under that name. Serve this "
+                "run from a fresh server, or unload the name there"
+            )
         self._remember(ref)
 
     def reload_adapter(self, ref: AdapterRef) -> None:
@@ -260,3 +275,14 @@ class RemoteServer:
     def failure_context(self) -> str:
         """Extra text for error messages and warnings (a local server adds its log tail)."""
         return ""
+
+
+def same_adapter(root: str, path: str) -> bool:
+    """Whether the folder a server names as an adapter's `root` serves what `path` holds: the same
+    folder, or one whose adapter files are the same bytes (an adapter store's copy)."""
+    if not root:
+        return False
+    if Path(root).expanduser().resolve() == Path(path).expanduser().resolve():
+        return True
+    theirs, ours = adapter_checksums(root), adapter_checksums(path)
+    return ours is not None and None not in ours.values() and theirs == ours

@@ -158,7 +158,7 @@ class Router:
             return False
         try:
             with replica.sync:
-                replica.loaded = replica.server.listed_adapters() & set(self.adapters)
+                replica.loaded = replica.server.listed_adapters().keys() & set(self.adapters)
             for ref in list(self.adapters.values()):
                 replica.hold(ref)
         except BackendError as error:

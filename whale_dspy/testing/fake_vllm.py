@@ -80,7 +80,7 @@ def main() -> None:
 
     if args.engine:  # holds no reference to stop it: it goes only with its process group, as vLLM's does
         subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
-    adapters: set[str] = set()
+    adapters: dict[str, str] = {}  # name: the folder it was loaded from, which vLLM lists as its root
     landed: set[str] = set()  # the adapters that change the fake model's scores
     engine_dead = threading.Event()
     completions_fail = threading.Event()
@@ -114,7 +114,10 @@ def main() -> None:
                     {
                         "data": [
                             root,
-                            *({"id": a, "root": a, "parent": args.served_model_name} for a in adapters),
+                            *(
+                                {"id": a, "root": root, "parent": args.served_model_name}
+                                for a, root in adapters.items()
+                            ),
                         ]
                     },
                 )
@@ -138,12 +141,12 @@ def main() -> None:
                 self.reply(200, {})
             elif self.path == "/v1/load_lora_adapter":  # vLLM refuses a name it holds already
                 self.reply(400, {"error": name}) if name in adapters else self.reply(200, "Success")
-                adapters.add(name)
+                adapters.setdefault(name, body["lora_path"])
                 if lands(body["lora_path"]):
                     landed.add(name)
             elif self.path == "/v1/unload_lora_adapter":
                 self.reply(200, "Success") if name in adapters else self.reply(404, {"error": name})
-                adapters.discard(name)
+                adapters.pop(name, None)
                 landed.discard(name)
             elif "REJECT" in json.dumps(body.get("messages")):  # what a prompt too long gets
                 self.reply(400, {"error": {"message": "rejected: this prompt asks for it"}})
