@@ -172,21 +172,22 @@ class RejectionSamplingFinetune(Teleprompter):
         check_metric(self.metric)
         student = as_harness(student, examples=trainset)
         done = self._recorded_steps() if resume else []
-        if done and done[-1].adapter is not None:  # the adapter the run served when it stopped
-            parent = self.run_dir.adapter_here(done[-1].adapter, self.base or self.backend.base_model)
-            ensure_served(self.backend, parent)
-            self._trained[parent.name] = parent
-        parent = parent or self._trained.get(student.adapter_name or "")
-        if self.run_dir is not None:  # what ran, on this machine, in this sitting
+        remaining = max(0, self.config.steps - len(done))
+        if self.run_dir is not None:  # what ran, on this machine, in this sitting (before it can fail)
             self.run_dir.log_event(
                 RESUMED_EVENT if done else STARTED_EVENT,
                 served_model=self.backend.served_model(),
                 serving=self.backend.serving(),
                 environment=environment(),
+                steps_left=remaining,
             )
+        if done and done[-1].adapter is not None:  # the adapter the run served when it stopped
+            parent = self.run_dir.adapter_here(done[-1].adapter, self.base or self.backend.base_model)
+            ensure_served(self.backend, parent)
+            self._trained[parent.name] = parent
+        parent = parent or self._trained.get(student.adapter_name or "")
         started = time.perf_counter()
         start = done[-1].step + 1 if done else 0
-        remaining = max(0, self.config.steps - len(done))
         stream = itertools.islice(self.steps(student, trainset, start_step=start, parent=parent), remaining)
         program, signals = self._bind(student, parent), list(done)
         for signal, stepped in stream:

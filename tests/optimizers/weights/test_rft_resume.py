@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from rft_helpers import make_rft, program, reply, tasks
 
-from whale_dspy.errors import ConfigError
+from whale_dspy.errors import BackendError, ConfigError
 from whale_dspy.jsonl import append_jsonl, read_jsonl
 
 REPLIES = {"QALPHA": reply(answer="alpha"), "QBETA": reply(answer="beta")}  # every sample right
@@ -32,6 +32,7 @@ def test_resume_runs_only_the_missing_steps_from_the_adapter_the_run_last_served
     sittings = [e for e in again.run_dir.events() if e["kind"] in ("rft_started", "rft_resumed")]
     assert [e["kind"] for e in sittings] == ["rft_started", "rft_resumed"]  # each names its code
     assert all({"commit", "dirty"} <= set(e["environment"]["code"]) for e in sittings)
+    assert [e["steps_left"] for e in sittings] == [2, 1]
 
 
 def test_resume_of_a_finished_run_trains_nothing_and_serves_its_last_adapter(tmp_path):
@@ -44,6 +45,23 @@ def test_resume_of_a_finished_run_trains_nothing_and_serves_its_last_adapter(tmp
     assert trainer.calls == []
     assert compiled.adapter_name == first.report.final_adapter.name
     assert backend.load_order == [first.report.final_adapter.name]
+    assert again.run_dir.events("rft_resumed")[-1]["steps_left"] == 0  # a sitting that only served
+
+
+def test_a_resume_that_cannot_serve_its_adapter_still_records_the_sitting(tmp_path, monkeypatch):
+    first, _, _ = make_rft(REPLIES, tmp_path, steps=1)
+    first.compile(program(), trainset=tasks("ALPHA", "BETA"))
+
+    again, backend, _ = make_rft(REPLIES, tmp_path, steps=2)
+
+    def refuse(ref):
+        raise BackendError(f"cannot serve {ref.name}")
+
+    monkeypatch.setattr(backend, "load_adapter", refuse)
+    with pytest.raises(BackendError, match="cannot serve"):
+        again.compile(program(), trainset=tasks("ALPHA", "BETA"), resume=True)
+    sittings = [e["kind"] for e in again.run_dir.events() if e["kind"] in ("rft_started", "rft_resumed")]
+    assert sittings == ["rft_started", "rft_resumed"]
 
 
 def test_a_step_cut_off_before_its_event_is_sampled_again_with_its_old_traces_set_aside(tmp_path):
