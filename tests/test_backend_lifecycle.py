@@ -53,29 +53,46 @@ def held_port():
         yield holder.getsockname()[1]
 
 
-@pytest.mark.parametrize("taken_at", ["check", "bind"])
-def test_a_picked_port_another_process_takes_is_picked_anew(tmp_path, monkeypatch, held_port, taken_at):
+@pytest.fixture
+def answering_port(tmp_path):
+    """A port another fake vLLM, of another model, answers on: it bound first and says it is healthy."""
+    with fake_server(tmp_path / "other") as other:
+        yield int(other.url.rsplit(":", 1)[1])
+
+
+@pytest.mark.parametrize("taken_at", ["check", "bind", "answers"])
+def test_a_picked_port_another_process_takes_is_picked_anew(tmp_path, monkeypatch, request, taken_at):
     # Between free_port's pick and the server's bind another process can take the port (tests in
-    # parallel did): before the launch's check, or after it, when only the server's own bind fails.
-    picks = iter([held_port])
+    # parallel did): before the launch's check, or after it, when only the server's own bind fails,
+    # and another server on it answers /health meanwhile (it must not pass for this one).
+    taken = request.getfixturevalue("answering_port" if taken_at == "answers" else "held_port")
+    picks = iter([taken])
     monkeypatch.setattr(vllm_server, "free_port", lambda: next(picks, None) or free_port())
-    if taken_at == "bind":
+    if taken_at != "check":
         monkeypatch.setattr(vllm_server, "ensure_port_free", lambda port: None)
     server = fake_server(tmp_path)
     try:
         server.start()
-        assert server.healthy() and not server.url.endswith(f":{held_port}")
+        assert server.healthy() and not server.url.endswith(f":{taken}")
+        assert server.served_model() == str(tmp_path / "model")
     finally:
         server.stop()
-    assert (PORT_TAKEN_MARK in (tmp_path / "server.log").read_text()) == (taken_at == "bind")
+    if taken_at != "answers":  # there the launch may be stopped before its bind fails
+        assert (PORT_TAKEN_MARK in (tmp_path / "server.log").read_text()) == (taken_at == "bind")
 
 
-def test_a_server_gives_up_on_ports_that_are_always_taken(tmp_path, monkeypatch, held_port) -> None:
+@pytest.mark.parametrize("taken_at", ["check", "bind"])
+def test_a_server_gives_up_on_ports_that_are_always_taken(tmp_path, monkeypatch, held_port, taken_at) -> None:
     picked = []
     monkeypatch.setattr(vllm_server, "free_port", lambda: picked.append(held_port) or held_port)
+    if taken_at == "bind":
+        monkeypatch.setattr(vllm_server, "ensure_port_free", lambda port: None)
+    server = fake_server(tmp_path)
     with pytest.raises(PortTaken, match="taken"):
-        fake_server(tmp_path).start()
+        server.start()
     assert len(picked) == vllm_server.PORT_ATTEMPTS
+    with pytest.raises(BackendError, match="not started"):  # nothing may reach the other's port as ours
+        _ = server.url
 
 
 def test_ports_picked_for_servers_started_together_are_never_the_same() -> None:

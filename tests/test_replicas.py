@@ -173,6 +173,29 @@ def test_a_restarted_replica_gets_the_current_adapter_before_serving(fleet, tmp_
     assert load < first_use
 
 
+def test_a_replica_back_with_another_runs_adapter_under_the_names_is_kept_down(tmp_path):
+    """A shared replica that comes back listing the run's adapter name, loaded from another folder,
+    serves another run's weights under it: it stays down rather than serve them as this run's."""
+    fleet = Fleet(tmp_path, 2, store=AdapterStore(tmp_path / "store"), probe_interval_s=3600)
+    try:
+        ref = adapter(tmp_path, "policy-r00-s0001", fleet.set.base_model)
+        fleet.set.load_adapter(ref)
+        first = fleet.set.replicas[0]
+        kill(fleet.servers[0])
+        evaluate(student(GOOD), tasks(4), metric=exact, lm=fleet.set.lm(ref.name), k=1, threads=2)
+        assert not first.up
+        fleet.restart(0)
+        other = adapter(tmp_path / "other-run", ref.name, fleet.set.base_model)
+        (Path(other.path) / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "r": 16}))
+        body = {"lora_name": other.name, "lora_path": other.path}
+        httpx.post(f"{fleet.servers[0].url}/v1/load_lora_adapter", json=body).raise_for_status()
+        assert not fleet.set._router.probe(first) and not first.up
+        fleet.restart(0)  # a fresh process: nothing listed, the run's adapter is loaded again
+        assert fleet.set._router.probe(first) and first.up
+    finally:
+        fleet.stop()
+
+
 def test_a_replica_restarted_between_calls_reloads_the_adapter_it_lost(tmp_path):
     """Nobody saw it down: its "no such model" answer is what tells the set it restarted."""
     fleet = Fleet(tmp_path, 1, probe_interval_s=60)

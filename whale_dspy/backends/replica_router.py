@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from whale_dspy.backends.remote import RemoteServer
+from whale_dspy.backends.remote import RemoteServer, same_adapter
 from whale_dspy.errors import BackendError
 from whale_dspy.records import AdapterRef
 
@@ -64,9 +64,15 @@ class Replica:
         with self.sync:
             if ref.name in self.loaded:
                 return
-            if ref.name in self.server.listed_adapters():
+            listed = self.server.listed_adapters()
+            if ref.name in listed:
                 if ref.name not in self.server.adapters:  # a resumed run: loaded before it
                     self.server.adopt_adapter(ref)
+                elif not same_adapter(listed[ref.name], ref.path):  # it restarted; someone loaded the name
+                    raise BackendError(
+                        f"replica {self.label} serves {ref.name!r} from {listed[ref.name]}, not from "
+                        f"{ref.path}: another run's adapter under that name"
+                    )
             elif ref.name in self.server.adapters:
                 self.server.reload_adapter(ref)
             else:
@@ -158,7 +164,11 @@ class Router:
             return False
         try:
             with replica.sync:
-                replica.loaded = replica.server.listed_adapters().keys() & set(self.adapters)
+                replica.loaded = {  # what it lists under a run's name may be another run's adapter
+                    name
+                    for name, root in replica.server.listed_adapters().items()
+                    if name in self.adapters and same_adapter(root, self.adapters[name].path)
+                }
             for ref in list(self.adapters.values()):
                 replica.hold(ref)
         except BackendError as error:

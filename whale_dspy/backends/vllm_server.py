@@ -64,11 +64,12 @@ def default_dtype() -> str:
 VLLM_MODULE = "vllm.entrypoints.openai.api_server"
 
 CPU_MAX_MODEL_LEN = 8192
+"""Context cap on a CPU build without our plugin, where every prompt is prefilled whole (see `_argv`)."""
 
 PORT_ATTEMPTS = 3
 """How many ports a server that picks its own tries: between the pick and the server's bind another
 process can take the port (tests running in parallel did, one run in about fifty)."""
-"""Context cap on a CPU build without our plugin, where every prompt is prefilled whole (see `_argv`)."""
+NOT_STARTED_URL = "http://unstarted"
 
 
 def runs_this_interpreter(python: str, command: Sequence[str] | None) -> bool:
@@ -133,7 +134,7 @@ class VLLMServer(RemoteServer):
         `VLLM_CPU_OMP_THREADS_BIND` (unset: vLLM's auto, which binds every server to the same cores).
         `chat_template_kwargs`: the chat template's defaults for every request (Qwen3's
         `{"enable_thinking": False}`), the same the trainer renders its prompts with."""
-        super().__init__("http://unstarted", served_name, base_model=model, sampling=sampling)
+        super().__init__(NOT_STARTED_URL, served_name, base_model=model, sampling=sampling)
         self.model = model
         self.log_path = Path(log_path)
         self.port = port
@@ -162,7 +163,7 @@ class VLLMServer(RemoteServer):
 
     @property
     def url(self) -> str:
-        if self._process is None:
+        if self._process is None or self._url == NOT_STARTED_URL:  # never started, or its start failed
             raise BackendError("the vLLM server is not started; call start() or use it as a context manager")
         return self._url
 
@@ -228,9 +229,15 @@ class VLLMServer(RemoteServer):
         try:
             self._wait_healthy()
         except BaseException as error:
+            exited = self._process.exit_code() is not None
             self.stop()
-            if isinstance(error, BackendError) and PORT_TAKEN_MARK in self._process.logged():
-                raise PortTaken(f"port {port} on {LOOPBACK} was taken before the server bound it") from error
+            self._url = NOT_STARTED_URL  # the port may be another server's: nothing may reach it as ours
+            if isinstance(error, PortTaken):
+                raise
+            if isinstance(error, BackendError) and exited and PORT_TAKEN_MARK in self._process.logged():
+                raise PortTaken(
+                    f"port {port} on {LOOPBACK} was taken before the server bound it{self.failure_context()}"
+                ) from error
             raise
 
     def stop(self) -> None:
@@ -289,12 +296,27 @@ class VLLMServer(RemoteServer):
             if code is not None:
                 raise BackendError(f"vLLM exited with code {code} during startup{self.failure_context()}")
             if self.healthy(timeout_s=2.0, tries=1):  # the loop asks again
+                self._check_answers_itself()
                 logger.info("vLLM healthy at %s after %.0f s", self._url, time.monotonic() - started)
                 return
             time.sleep(0.5)
         raise BackendError(
             f"vLLM did not become healthy within {self.startup_timeout_s:.0f} s{self.failure_context()}"
         )
+
+    def _check_answers_itself(self) -> None:
+        """PortTaken when the server answering on the port is another one that bound it first (it
+        serves another model, or under another name): this launch's own bind will fail."""
+        try:
+            root = self.served_model()
+        except BackendError:
+            root = None
+        if root != self.base_model:
+            serving = root or f"no model named {self.served_name}"
+            raise PortTaken(
+                f"another server answers at {self._url} (serving {serving}), not this launch of "
+                f"{self.base_model}{self.failure_context()}"
+            )
 
     def failure_context(self) -> str:
         if self._process is None:
