@@ -92,19 +92,19 @@ class RemoteServer:
     def served_model(self) -> str:
         """The model the server says it serves under the base name (vLLM's `root`: the path or hub
         id it loaded), so that records name what ran rather than what was asked for."""
-        for model in self._models():
-            if model.get("id") == self.served_name:
-                return str(model.get("root") or model["id"])
-        raise BackendError(f"the server at {self._url} serves no model named {self.served_name!r}")
+        roots = self.roots()
+        if self.served_name not in roots:
+            raise BackendError(f"the server at {self._url} serves no model named {self.served_name!r}")
+        return roots[self.served_name]
 
     def listed_adapters(self) -> dict[str, str]:
         """The adapters the server itself lists now (after a restart: none, or what its resolver
         loaded), each with the folder it was loaded from (vLLM's `root`)."""
-        return {
-            str(model["id"]): str(model.get("root") or "")
-            for model in self._models()
-            if model.get("id") != self.served_name
-        }
+        return {name: root for name, root in self.roots().items() if name != self.served_name}
+
+    def roots(self) -> dict[str, str]:
+        """Every model the server lists by name, with the folder or hub id it loaded it from."""
+        return {str(model["id"]): str(model.get("root") or model["id"]) for model in self._models()}
 
     def _models(self) -> list[dict[str, Any]]:
         import httpx

@@ -295,8 +295,7 @@ class VLLMServer(RemoteServer):
             code = self._process.exit_code()
             if code is not None:
                 raise BackendError(f"vLLM exited with code {code} during startup{self.failure_context()}")
-            if self.healthy(timeout_s=2.0, tries=1):  # the loop asks again
-                self._check_answers_itself()
+            if self.healthy(timeout_s=2.0, tries=1) and self._answers_itself():  # the loop asks again
                 logger.info("vLLM healthy at %s after %.0f s", self._url, time.monotonic() - started)
                 return
             time.sleep(0.5)
@@ -304,19 +303,21 @@ class VLLMServer(RemoteServer):
             f"vLLM did not become healthy within {self.startup_timeout_s:.0f} s{self.failure_context()}"
         )
 
-    def _check_answers_itself(self) -> None:
-        """PortTaken when the server answering on the port is another one that bound it first (it
-        serves another model, or under another name): this launch's own bind will fail."""
+    def _answers_itself(self) -> bool:
+        """Whether the server answering on the port is this launch; PortTaken when its model list says
+        it is another one that bound the port first (another model, or no model under this name);
+        False while the list cannot be read yet (the loop asks again)."""
         try:
-            root = self.served_model()
+            roots = self.roots()
         except BackendError:
-            root = None
-        if root != self.base_model:
-            serving = root or f"no model named {self.served_name}"
+            return False
+        if roots.get(self.served_name) != self.base_model:
+            serving = roots.get(self.served_name) or f"no model named {self.served_name}"
             raise PortTaken(
                 f"another server answers at {self._url} (serving {serving}), not this launch of "
                 f"{self.base_model}{self.failure_context()}"
             )
+        return True
 
     def failure_context(self) -> str:
         if self._process is None:
