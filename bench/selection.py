@@ -17,6 +17,13 @@ as argmax-large for fewer rollouts a decision.
     python bench/selection.py --domain squad:score=f1 --model qwen2.5-coder-0.5b --seeds 0 1 2 \
         --out runs/selection-squad                # real: the embedded server (or --server-url)
     python bench/selection.py --tiny --out DIR    # CI: scripted LM, synthetic harnesses, seconds
+    python bench/selection.py --synthetic --races 2000 --out DIR   # the rules' error rate, power, cost
+    python bench/selection.py --replay bench/records/selection-squad.tar.gz --out DIR   # recorded races
+
+--synthetic (bench/race_synthetic.py) simulates races of the library's rules on per-task differences
+at the measured spread; --replay (bench/race_replay.py) re-decides recorded races from their
+per-task scores under every rule and judges them on the held-out reads the records hold. Neither
+spends a rollout; both have a tiny size CI runs (--races 200, one record).
 
 A rerun with the same --out resumes: archives continue, held-out reads are cached per harness code.
 Records worth keeping are packed into bench/records with bench/pack_records.py (a kept one resumes
@@ -41,6 +48,8 @@ from pathlib import Path
 from typing import Any
 
 import dspy
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the modes' own modules beside this script
 
 from optimizers.harness.meta_harness import MetaHarness, MetaHarnessConfig, sandboxed_evaluator
 from whale_dspy.evaluation import InProcessEvaluator
@@ -284,8 +293,20 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser.add_argument("--max-tokens", dest="max_tokens", type=int, default=128)
     parser.add_argument("--read-timeout-s", dest="read_timeout_s", type=float, default=7200.0)
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--synthetic", action="store_true", help="simulate the rules' races (no LM)")
+    parser.add_argument("--races", type=int, default=2000, help="--synthetic: races a cell")
+    parser.add_argument(
+        "--cells", default="32:0,32:0.1,64:0,64:0.05,64:0.1,128:0,128:0.05,128:0.07,256:0,256:0.05",
+        help="--synthetic: TASKS:GAIN,... (gain 0 measures false adoption)",
+    )  # fmt: skip
+    parser.add_argument("--replay", nargs="+", type=Path, help="record folders or archives to re-decide")
+    parser.add_argument("--replay-rules", dest="replay_rules", nargs="+", default=None)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
+    if args.synthetic:
+        return synthetic(args, argv)
+    if args.replay:
+        return replayed(args, argv)
     with ExitStack() as stack:
         world = (tiny_world if args.tiny else real_world)(args, stack)
         summaries = []
@@ -305,6 +326,38 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     (args.out / "summary.md").write_text(text + "\n")
     print(text)
     return summaries
+
+
+def synthetic(args: argparse.Namespace, argv: list[str] | None) -> list[dict[str, Any]]:
+    import race_synthetic
+
+    cells = [(int(t), float(g)) for t, g in (c.split(":") for c in args.cells.split(","))]
+    rows = race_synthetic.run(cells, list(race_synthetic.RULES), args.races, args.seeds[0])
+    return _write(args, argv, "synthetic", rows, race_synthetic.table(rows))
+
+
+def replayed(args: argparse.Namespace, argv: list[str] | None) -> list[dict[str, Any]]:
+    import race_replay
+
+    from whale_dspy.record_archives import RecordArchives
+
+    with RecordArchives() as archives:
+        roots = [archives.local(path) for path in args.replay]
+        results = list(race_replay.run(roots, args.replay_rules or list(race_replay.REPLAY_RULES)))
+    summaries = [s for s, _ in results]
+    for summary_, rows in results:
+        atomic_write_json(
+            args.out / "replay" / f"{summary_['rule'].replace(', ', '-').replace(' ', '-')}.json", rows
+        )
+    return _write(args, argv, "replay", summaries, race_replay.table(summaries))
+
+
+def _write(args, argv, mode: str, rows: list[dict[str, Any]], text: str) -> list[dict[str, Any]]:
+    record = {"argv": sys.argv[1:] if argv is None else argv, "machine": platform.processor(), "rows": rows}
+    atomic_write_json(args.out / f"{mode}.json", record)
+    (args.out / f"{mode}.md").write_text(text + "\n")
+    print(text)
+    return rows
 
 
 if __name__ == "__main__":

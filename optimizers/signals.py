@@ -99,6 +99,12 @@ def iterations_since_improvement(history: Sequence[HarnessIteration], min_delta:
     return len(history) - 1 - last
 
 
+def decisions_of(iterations: Sequence[HarnessIteration]) -> list[HarnessIteration]:
+    """The iterations that decided: all but a phase's iteration 0, which scores the incoming
+    harness and belongs to the first decision."""
+    return [signal for signal in iterations if signal.iteration >= 1]
+
+
 MAX_EMPTY_ITERATIONS = 3
 """Consecutive harness iterations without one candidate after which a harness phase ends. A
 proposer that produces nothing (an exhausted neighbourhood, an LM whose every call fails) spends

@@ -138,7 +138,7 @@ def test_validation_evaluations_of_a_whale_run_reach_optuna_on_the_rollouts_grid
     assert Path(trial.user_attrs["best_harness"]).is_file()
     assert trial.user_attrs["best_adapter"] is None  # the first evaluation (base weights) was already perfect
     assert [point[0] for point in trial.user_attrs["curve"]][0] == 0
-    assert parse_schedule(trial.user_attrs["schedule"]).spec() == "fixed:0.6,6"
+    assert parse_schedule(trial.user_attrs["schedule"]).spec() == "fixed:0.6,5"
 
 
 def test_a_pruned_trial_stops_its_whale_run_midway(tmp_path):

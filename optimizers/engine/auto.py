@@ -38,17 +38,17 @@ class AutoLevel:
 
 
 AUTO: dict[str, dict[str, AutoLevel]] = {
-    # CPU: a weight step is 16 rollouts (4 tasks x 4); light decides on the proposer's own tasks
+    # CPU: a weight step is 16 rollouts (4 tasks x 4); every level decides on tasks no proposer saw
     "cpu": {
-        "light": AutoLevel(96, "fixed:0.5,1", {"selection_tasks": 0}),
+        "light": AutoLevel(96, "fixed:0.5,1"),
         "medium": AutoLevel(480, "fixed:0.6,3"),
-        "heavy": AutoLevel(2000, "fixed:0.6,6"),
+        "heavy": AutoLevel(2000, "fixed:0.6,5"),
     },
     # GPU: a weight step is 256 rollouts (32 tasks x 8)
     "gpu": {
         "light": AutoLevel(2048, "fixed:0.5,2"),
         "medium": AutoLevel(8192, "fixed:0.6,4"),
-        "heavy": AutoLevel(32768, "fixed:0.6,6"),
+        "heavy": AutoLevel(32768, "fixed:0.6,5"),
     },
 }
 

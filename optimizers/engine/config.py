@@ -36,7 +36,7 @@ class RunSettings:
 
     domain: str
     method: str = "whale"
-    schedule: str = "fixed:0.6,6"
+    schedule: str = "fixed:0.6,5"
     budget: int = 2000
     model: str = DEFAULT_MODEL
     seed: int = 0

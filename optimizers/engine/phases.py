@@ -62,6 +62,10 @@ class PhaseDriver:
     stalled: Callable[[RunState], bool]
     """The phase's units have stopped producing anything (a harness search without candidates)."""
     cost: Callable[[RunState], int]
+    admit: Callable[[RunState], int]
+    """The rollouts the budget must still hold for the next unit to start: its own worst case,
+    and for a harness phase's iteration 0 (the incoming harness's scoring, part of the first
+    decision) the first decision's too, so a phase never re-scores what it cannot decide on."""
     done: Callable[[RunState], bool]
     index: Callable[[Any], int]
     counted: Callable[[RunState], int]
@@ -79,6 +83,7 @@ def weight_driver(
             program, trainset, start_step=state.spend.weight_steps, parent=state.adapter_ref
         ),
         cost=lambda state: phase.rollouts_per_step(trainset),
+        admit=lambda state: phase.rollouts_per_step(trainset),
         done=lambda state: schedule.weight_done(
             state.weight_units(), cycle=method.cycle_of(state.position), steps_per_epoch=steps_per_epoch
         ),
@@ -103,7 +108,13 @@ def harness_driver(
         ),
         stalled=lambda state: search_stalled(state.harness_units()),
         cost=lambda state: phase.rollouts_per_iteration(searchset, len(state.phase_units)),
+        admit=lambda state: _harness_admission(phase, searchset, len(state.phase_units)),
         done=lambda state: schedule.harness_done(state.harness_units()),
         index=lambda signal: signal.iteration,
         counted=lambda state: len(state.phase_units),
     )
+
+
+def _harness_admission(phase: HarnessPhase, searchset: Sequence[dspy.Example], counted: int) -> int:
+    first_decision = phase.rollouts_per_iteration(searchset, 1) if counted == 0 else 0
+    return phase.rollouts_per_iteration(searchset, counted) + first_decision

@@ -10,11 +10,22 @@ the schedules can be tested one step at a time. Both decisions are asked
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, ClassVar
 
-from optimizers.signals import HarnessIteration, WeightStep, iterations_since_improvement
+from optimizers.signals import HarnessIteration, WeightStep, decisions_of, iterations_since_improvement
 from whale_dspy.errors import ConfigError
+
+DECISIONS, ITERATIONS = "decisions", "iterations"
+COUNTS = (DECISIONS, ITERATIONS)
+"""What a schedule's harness counts count: decisions (proposals raced against the incumbent; the
+incoming harness's re-scoring belongs to the first), or, in runs recorded before issue 56,
+iterations with the incoming harness's own evaluation as the first (so `fixed:E,1` never proposed).
+A recorded schedule without `counts` is of the older kind and keeps its meaning."""
+
+
+def _harness_units(iterations: Sequence[HarnessIteration], counts: str) -> Sequence[HarnessIteration]:
+    return decisions_of(iterations) if counts == DECISIONS else iterations
 
 
 def fixed_steps(epochs: float, cycle: int, steps_per_epoch: int) -> int:
@@ -29,13 +40,16 @@ def fixed_steps(epochs: float, cycle: int, steps_per_epoch: int) -> int:
 
 @dataclass(frozen=True)
 class Fixed:
-    """`fixed:E,I`: E epochs of weight steps (fractional allowed), then I harness iterations.
+    """`fixed:E,I`: E epochs of weight steps (fractional allowed), then I harness decisions.
 
-    I counts the incoming harness's own evaluation (iteration 0), as WHALE's I=6 does.
+    Each decision races proposals against the incumbent; re-scoring the incoming harness under the
+    new weights is part of the first. WHALE's I=6 counted that re-scoring as an iteration of its
+    own, so the paper's setting is `fixed:0.6,5`.
     """
 
     epochs: float = 0.6
-    iterations: int = 6
+    iterations: int = 5
+    counts: str = DECISIONS
     kind: ClassVar[str] = "fixed"
 
     def __post_init__(self) -> None:
@@ -43,14 +57,15 @@ class Fixed:
             raise ConfigError(f"fixed schedule: E (epochs per cycle) must be > 0, got {self.epochs!r}")
         if not (type(self.iterations) is int and self.iterations >= 1):
             raise ConfigError(
-                f"fixed schedule: I (harness iterations) must be an int >= 1, got {self.iterations!r}"
+                f"fixed schedule: I (harness decisions) must be an int >= 1, got {self.iterations!r}"
             )
+        _check_counts(self.counts)
 
     def weight_done(self, steps: Sequence[WeightStep], *, cycle: int, steps_per_epoch: int) -> bool:
         return len(steps) >= fixed_steps(self.epochs, cycle, steps_per_epoch)
 
     def harness_done(self, iterations: Sequence[HarnessIteration]) -> bool:
-        return len(iterations) >= self.iterations
+        return len(_harness_units(iterations, self.counts)) >= self.iterations
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, **asdict(self)}
@@ -63,7 +78,7 @@ class Fixed:
         """The schedule from the text after `fixed:`."""
         parts = [p.strip() for p in body.split(",")]
         if len(parts) != 2 or not all(parts):
-            raise ConfigError(f"fixed schedule needs two values E,I (e.g. fixed:0.6,6), got {body!r}")
+            raise ConfigError(f"fixed schedule needs two values E,I (e.g. fixed:0.6,5), got {body!r}")
         return cls(
             epochs=float(_number(parts[0], "fixed schedule E")),
             iterations=_number(parts[1], "fixed schedule I"),
@@ -94,9 +109,9 @@ class Patience:
     Weight phase: after `weight_burn_in` steps, stop when the `weight_window`-step
     mean training reward has not beaten its best by more than `min_delta` for
     `weight_patience` steps, or after `weight_max` steps. Harness phase: after
-    `harness_min` iterations (the incoming harness's evaluation included), stop
-    when no candidate has been adopted (a decision that cleared the acceptance rule)
-    for `harness_patience` iterations, or after `harness_max` iterations.
+    `harness_min` decisions, stop when no candidate has been adopted (a decision that
+    cleared the acceptance rule) for `harness_patience` decisions, or after
+    `harness_max` decisions.
     """
 
     weight_burn_in: int = 3
@@ -107,6 +122,7 @@ class Patience:
     harness_min: int = 2
     harness_patience: int = 2
     harness_max: int = 10
+    counts: str = DECISIONS
     kind: ClassVar[str] = "patience"
 
     def __post_init__(self) -> None:
@@ -115,6 +131,7 @@ class Patience:
         ]
         if problems:
             raise ConfigError("patience schedule: " + "; ".join(problems))
+        _check_counts(self.counts)
 
     def _violations(self) -> list[tuple[str, str]]:
         ints = {
@@ -146,10 +163,12 @@ class Patience:
         return steps_since_improvement(means, self.min_delta) >= self.weight_patience
 
     def harness_done(self, iterations: Sequence[HarnessIteration]) -> bool:
-        if len(iterations) >= self.harness_max:
+        units = _harness_units(iterations, self.counts)
+        if len(units) >= self.harness_max:
             return True
-        if len(iterations) < self.harness_min:
+        if len(units) < self.harness_min:
             return False
+        # the incoming harness's iteration anchors the count: decisions since the last adoption
         return iterations_since_improvement(iterations, self.min_delta) >= self.harness_patience
 
     def to_dict(self) -> dict[str, Any]:
@@ -157,13 +176,15 @@ class Patience:
 
     def spec(self) -> str:
         return "patience:" + ",".join(
-            f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in asdict(self).items()
+            f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
+            for k, v in asdict(self).items()
+            if k != "counts"
         )
 
     @classmethod
     def parse(cls, body: str) -> Patience:
         """The schedule from the text after `patience:`."""
-        valid = [f.name for f in fields(Patience)]
+        valid = [f.name for f in fields(Patience) if f.name != "counts"]
         values: dict[str, Any] = {}
         for item in filter(None, (p.strip() for p in body.split(","))):
             key, sep, text = item.partition("=")
@@ -176,6 +197,11 @@ class Patience:
 
 
 Schedule = Fixed | Patience
+
+
+def _check_counts(counts: str) -> None:
+    if counts not in COUNTS:
+        raise ConfigError(f"a schedule counts {' or '.join(COUNTS)}, got {counts!r}")
 
 
 def _int_at_least(value: Any, low: int) -> bool:
@@ -204,8 +230,8 @@ class ScheduleKind:
 SCHEDULES: dict[str, ScheduleKind] = {
     Fixed.kind: ScheduleKind(
         Fixed,
-        "fixed:E,I (e.g. fixed:0.6,6)",
-        "E epochs of weight steps, then I harness iterations",
+        "fixed:E,I (e.g. fixed:0.6,5)",
+        "E epochs of weight steps, then I harness decisions",
     ),
     Patience.kind: ScheduleKind(
         Patience,
@@ -220,7 +246,7 @@ SCHEDULE_HELP = "; ".join(f"{kind.form}: {kind.about}" for kind in SCHEDULES.val
 
 
 def parse_schedule(text: str) -> Schedule:
-    """`fixed:0.6,6` or `patience:weight_patience=3,harness_max=8`; ConfigError says what is valid."""
+    """`fixed:0.6,5` or `patience:weight_patience=3,harness_max=8`; ConfigError says what is valid."""
     name, _, body = text.strip().partition(":")
     if name not in SCHEDULES:
         raise ConfigError(f"unknown schedule {text!r}; use {SCHEDULE_FORMS}")
@@ -228,10 +254,19 @@ def parse_schedule(text: str) -> Schedule:
 
 
 def schedule_from_dict(data: dict[str, Any]) -> Schedule:
-    """The inverse of `to_dict` (a run directory's config rebuilds its schedule)."""
+    """The inverse of `to_dict` (a run directory's config rebuilds its schedule); a record without
+    `counts` was made before issue 56 and counts iterations, as it did then."""
     kind = SCHEDULES.get(data.get("kind"))
     if kind is None:
         raise ConfigError(
             f"unknown schedule kind {data.get('kind')!r}; valid kinds are {', '.join(SCHEDULES)}"
         )
-    return kind.cls(**{k: v for k, v in data.items() if k != "kind"})
+    return kind.cls(**{"counts": ITERATIONS, **{k: v for k, v in data.items() if k != "kind"}})
+
+
+def as_recorded_schedule(schedule: Schedule, recorded: dict[str, Any] | None) -> Schedule:
+    """`schedule` with the meaning a recorded run was started under: a run recorded before
+    issue 56 counts iterations, so reopening it neither changes what it did nor refuses it."""
+    if recorded is None or "counts" in recorded:
+        return schedule
+    return replace(schedule, counts=ITERATIONS)

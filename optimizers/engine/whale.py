@@ -41,7 +41,7 @@ from optimizers.engine.config import RunSettings
 from optimizers.engine.methods import HARNESS, WEIGHT, Method, get_method
 from optimizers.engine.phases import HarnessPhase, PhaseDriver, WeightPhase, harness_driver, weight_driver
 from optimizers.engine.report import report_from_state
-from optimizers.engine.schedules import Schedule
+from optimizers.engine.schedules import Schedule, as_recorded_schedule
 from optimizers.engine.shared_evals import SharedEvaluations
 from whale_dspy.defaults import DEFAULT_EVAL_K, DEFAULT_TEMPERATURE, DEFAULT_THREADS
 from whale_dspy.errors import ConfigError
@@ -277,6 +277,8 @@ class WhaleOptimizer(Teleprompter):
         }
 
     def _open(self, student: HarnessProgram, data: RunSets) -> Recorder:
+        recorded = RunDir(Path(self.run_dir)).config()
+        self.schedule = as_recorded_schedule(self.schedule, recorded and recorded.get("schedule"))
         run = RunDir.open(self.run_dir, self._config(student, data))
         repair_jsonl(run.events_path)  # a torn last line (kill -9) must not precede new events
         state = load_state(run, initial_state(run, student.source))
@@ -368,7 +370,7 @@ class WhaleOptimizer(Teleprompter):
         if self.method.repeat and driver.done(state):
             return "schedule"
         cap = self.budget.cap(self.method.share_of(kind))
-        cost = self.budget.cost(driver.cost(state), state.spend)
+        cost = self.budget.cost(driver.admit(state), state.spend)
         if not Budget.fits(self.budget.spent(state.spend), cost, cap):
             return "budget" if cap == self.budget.amount else "stage share"
         return None

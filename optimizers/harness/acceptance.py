@@ -7,9 +7,18 @@ its per-task gain over the incumbent, scored on the same tasks with the same rol
 to compare against and to reproduce the paper. Ties and leads within noise keep the incumbent.
 
 The bound is Student's t over tasks, one-sided: a percentile bootstrap undercovers on the 8 to 64
-tasks a race decides on, and t is exact enough for bounded per-task differences at that size. Its
-error rate is split (Bonferroni) over every comparison a race may make, so looking after each
-round and at several candidates does not multiply the chance of adopting noise.
+tasks a race decides on, and t is exact enough for bounded per-task differences at that size.
+`paired` spends its error rate once over a race's looks (a Lan-DeMets O'Brien-Fleming boundary,
+optimizers.harness.spending) and splits it over the candidates that race; `paired-bonferroni`, the
+rule until issue 56, splits it evenly over candidates x looks, which realises about a quarter of
+the nominal rate and so refuses gains the same tasks could adopt. It is kept to compare against.
+
+A race also stops what cannot win (non-binding futility, which costs no error rate): a candidate
+whose conditional power, the chance its final lead clears the last look's bar given what it has
+shown so far and assuming its true gain is the smallest lead the slice can adopt, falls below
+`futility` leaves the race. At 0.3, simulated at the measured spread (bench/selection.py
+--synthetic), a race among candidates no better than the incumbent stops after about 40% of the
+rollouts its whole slice would cost.
 """
 
 from __future__ import annotations
@@ -23,9 +32,12 @@ import numpy as np
 
 from whale_dspy.errors import ConfigError
 
-PAIRED, ARGMAX, STRICT = "paired", "argmax", "strict"
+PAIRED, BONFERRONI, ARGMAX, STRICT = "paired", "paired-bonferroni", "argmax", "strict"
 ACCEPTANCE_RULES: dict[str, str] = {
-    PAIRED: "adopt only when the paired gain's lower bound over tasks clears the margin (default)",
+    PAIRED: "adopt only when the paired gain's lower bound over tasks clears the margin, the error "
+    "rate spent once over the race's looks (O'Brien-Fleming) and split over its racers (default)",
+    BONFERRONI: "the paired bound with the error rate split evenly over racers x looks (the rule "
+    "until issue 56, for comparison)",
     ARGMAX: "adopt the best mean, however small its lead (WHALE's and Meta-Harness's rule)",
     STRICT: "adopt a strictly greater mean (GEPA's rule)",
 }
@@ -54,6 +66,14 @@ class PairedBound:
         )
 
 
+def spread_of(after: Mapping[str, float], before: Mapping[str, float]) -> float:
+    """The sd of the per-task differences on shared tasks, with `paired_bound`'s floor for ties."""
+    gains = np.asarray([after[t] - before[t] for t in after if t in before], dtype=float)
+    if len(gains) < 2:
+        return math.nan
+    return float(gains.std(ddof=1)) or 1 / math.sqrt(len(gains))
+
+
 def paired_bound(after: Mapping[str, float], before: Mapping[str, float], *, alpha: float) -> PairedBound:
     """One-sided (1 - alpha) bounds of the mean per-task gain `after - before` on shared tasks.
 
@@ -71,7 +91,7 @@ def paired_bound(after: Mapping[str, float], before: Mapping[str, float], *, alp
     mean = float(gains.mean())
     if len(gains) < 2:
         return PairedBound(mean, -math.inf, math.inf, 1)
-    spread = float(gains.std(ddof=1)) or 1 / math.sqrt(len(gains))
+    spread = spread_of(after, before)
     half = float(stats.t.ppf(1 - alpha, len(gains) - 1) * spread / math.sqrt(len(gains)))
     return PairedBound(mean, mean - half, mean + half, len(gains))
 
@@ -85,6 +105,9 @@ class Acceptance:
     """The paired bound's one-sided confidence, held over every comparison of one race."""
     margin: float = 0.0
     """The gain a candidate's lower bound must exceed (the score's own units)."""
+    futility: float = 0.3
+    """A racing candidate leaves once its conditional power under the smallest adoptable lead
+    falls below this (0: never); non-binding, so it costs no error rate."""
 
     def __post_init__(self) -> None:
         if self.rule not in ACCEPTANCE_RULES:
@@ -93,15 +116,25 @@ class Acceptance:
             raise ConfigError(f"acceptance confidence must be in [0.5, 1), got {self.confidence}")
         if not (math.isfinite(self.margin) and self.margin >= 0):
             raise ConfigError(f"acceptance margin must be a number >= 0, got {self.margin}")
+        if not 0.0 <= self.futility < 1.0:
+            raise ConfigError(f"acceptance futility must be in [0, 1), got {self.futility}")
 
     @property
     def races(self) -> bool:
         """Whether candidates are scored in rounds and dropped early (the other rules score all)."""
-        return self.rule == PAIRED
+        return self.rule in (PAIRED, BONFERRONI)
 
-    def alpha(self, comparisons: int) -> float:
-        """The error rate of one comparison when a race may make `comparisons` of them."""
-        return (1.0 - self.confidence) / max(1, comparisons)
+    def levels(self, sizes: Sequence[int], racers: int) -> list[float]:
+        """Each look's one-sided error rate for one candidate, when `racers` race over looks after
+        `sizes` tasks (the last the whole slice)."""
+        if not sizes:
+            return []
+        alpha = (1.0 - self.confidence) / max(1, racers)
+        if self.rule == PAIRED:
+            from optimizers.harness.spending import look_levels
+
+            return look_levels(sizes, alpha)
+        return [alpha / len(sizes)] * len(sizes)
 
     def clears(self, bound: PairedBound, ranks: tuple[tuple[float, ...], tuple[float, ...]]) -> bool:
         """Whether a candidate is adopted over the incumbent, given its paired bound and both rank
@@ -116,6 +149,30 @@ class Acceptance:
     def hopeless(self, bound: PairedBound) -> bool:
         """Whether a racing candidate can no longer clear the rule against the incumbent."""
         return self.races and bound.high <= self.margin
+
+    def smallest_lead(self, tasks: int, level: float, spread: float) -> float:
+        """The smallest observed mean lead that clears the bound on `tasks` tasks at one-sided
+        `level`, when the per-task differences spread `spread` (infinite below two tasks)."""
+        from scipy import stats
+
+        if tasks < 2:
+            return math.inf
+        return self.margin + float(stats.t.isf(level, tasks - 1)) * spread / math.sqrt(tasks)
+
+    def conditional_power(
+        self, bound: PairedBound, spread: float, *, total: int, lead: float, level: float
+    ) -> float:
+        """The chance a candidate's lead on all `total` tasks clears the last look's bar (at
+        `level`), given its mean on `bound.tasks` so far and a true gain of `lead` on the rest."""
+        from scipy import stats
+
+        done = bound.tasks
+        if done >= total or not math.isfinite(lead):
+            return 1.0 if bound.low > self.margin else 0.0
+        needed = self.smallest_lead(total, level, spread)
+        expected = (done * bound.gain + (total - done) * lead) / total
+        noise = spread * math.sqrt(total - done) / total
+        return float(stats.norm.sf((needed - expected) / noise)) if noise > 0 else float(expected > needed)
 
 
 def race_sizes(start: int, total: int) -> list[int]:
@@ -142,6 +199,7 @@ def _finite(value: Any) -> Any:
 __all__ = [
     "ACCEPTANCE_RULES",
     "ARGMAX",
+    "BONFERRONI",
     "PAIRED",
     "STRICT",
     "Acceptance",
@@ -149,4 +207,5 @@ __all__ = [
     "mean_of",
     "paired_bound",
     "race_sizes",
+    "spread_of",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -26,8 +27,13 @@ class MetaHarnessConfig:
     Decisions (optimizers.harness.acceptance, optimizers.harness.racing): selection_tasks: the
     selection slice, other search tasks that only decide (never shown to a proposer; 0 decides on the feedback
     slice, as WHALE did); race_start: the first race round's tasks (rounds double up to
-    selection_tasks); acceptance: `paired`, `argmax` or `strict`; confidence and margin: the paired
-    rule's one-sided confidence over a race's comparisons and the gain its lower bound must clear."""
+    selection_tasks); acceptance: `paired`, `paired-bonferroni`, `argmax` or `strict`; confidence
+    and margin: the paired rule's one-sided confidence over a race's comparisons and the gain its
+    lower bound must clear; racers: how many of an iteration's valid candidates race, the best on
+    the feedback slice (screening; the error rate is split over them; 0: all); futility: a racing
+    candidate leaves once its conditional power falls below this (0: never); spread_prior: the
+    per-task sd of a paired difference a race expects before this run has measured one
+    (optimizers.harness.sizing)."""
 
     candidates: int = 3
     tasks: int = 20
@@ -43,9 +49,12 @@ class MetaHarnessConfig:
     timeout_s: float = 600.0
     selection_tasks: int = 64
     race_start: int = 8
-    acceptance: str = "paired"
-    confidence: float = 0.95
-    margin: float = 0.0
+    acceptance: str = Acceptance.rule
+    confidence: float = Acceptance.confidence
+    margin: float = Acceptance.margin
+    racers: int = 2
+    futility: float = Acceptance.futility
+    spread_prior: float = 0.33
 
     def __post_init__(self) -> None:
         self.decision_rule()  # checks the rule, confidence and margin
@@ -53,7 +62,7 @@ class MetaHarnessConfig:
         for name in positive:
             if getattr(self, name) < 1:
                 raise ConfigError(f"MetaHarnessConfig.{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("min_iterations", "patience", "smoke_tasks", "selection_tasks"):
+        for name in ("min_iterations", "patience", "smoke_tasks", "selection_tasks", "racers"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"MetaHarnessConfig.{name} must be >= 0, got {getattr(self, name)}")
         if self.min_iterations > self.max_iterations:
@@ -64,6 +73,8 @@ class MetaHarnessConfig:
             raise ConfigError(f"smoke_tasks ({self.smoke_tasks}) must be <= tasks ({self.tasks})")
         if self.timeout_s <= 0 or self.temperature < 0:
             raise ConfigError("timeout_s must be > 0 and temperature >= 0")
+        if not (math.isfinite(self.spread_prior) and self.spread_prior > 0):
+            raise ConfigError(f"MetaHarnessConfig.spread_prior must be > 0, got {self.spread_prior}")
 
     @classmethod
     def paper(cls, **fields: Any) -> MetaHarnessConfig:
@@ -72,7 +83,12 @@ class MetaHarnessConfig:
         return cls(**{"selection_tasks": 0, "acceptance": "argmax", **fields})
 
     def decision_rule(self) -> Acceptance:
-        return Acceptance(self.acceptance, self.confidence, self.margin)
+        return Acceptance(self.acceptance, self.confidence, self.margin, self.futility)
+
+    def racing(self, valid: int, *, selection: bool) -> int:
+        """How many of `valid` candidates race: screening applies only where a selection slice
+        decides (on the feedback slice the screen would be the race)."""
+        return valid if not selection or not self.racers else min(valid, self.racers)
 
 
 @dataclass(frozen=True)

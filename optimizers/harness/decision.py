@@ -20,7 +20,7 @@ import dspy
 
 from optimizers.harness.archive import HarnessArchive
 from optimizers.harness.config import MetaHarnessConfig
-from optimizers.harness.racing import Decision, race
+from optimizers.harness.racing import Decision, race, size_race
 from optimizers.harness.selection import (
     DECISIONS_FILE,
     CachedScorer,
@@ -29,6 +29,7 @@ from optimizers.harness.selection import (
     chunk_record,
     selection_folder,
 )
+from optimizers.harness.sizing import Spread, expected_spread
 from optimizers.harness.validation import CandidateRejected
 from optimizers.signals import HarnessIteration
 from whale_dspy.jsonl import append_jsonl, read_jsonl
@@ -51,11 +52,11 @@ def decide(
     config: MetaHarnessConfig,
     measure: Measure,
 ) -> tuple[Decision | None, ChunkCost | None]:
-    """The race of the iteration's valid candidates against the incumbent (none at iteration 0), and
-    what the race's own scoring cost (None when it reused the feedback scores)."""
+    """The race of the iteration's best valid candidates against the incumbent (none at iteration
+    0), and what the race's own scoring cost (None when it reused the feedback scores)."""
     if iteration == 0:
         return None, None
-    racers = [m.name for m in archive.candidates if m.iteration == iteration and m.valid]
+    racers, screened = screen(archive, iteration, config, selection=bool(slices.selection))
     ranks = {m.name: m.rank_key[1:] for m in archive.candidates}
     scorer = None
     if slices.selection:
@@ -69,16 +70,42 @@ def decide(
         task_ids = [task_id_of(t) for t in slices.feedback]
         score = functools.partial(_recorded_scores, archive)
     rule = config.decision_rule()
+    spread = race_spread(archive, incumbent, config)
     if scorer is not None:
         score = functools.partial(_incumbent_must_answer, scorer, incumbent)
+    sized = {"start": config.race_start, "spread": spread.value}
+    size = size_race(rule, len(task_ids), len(racers), **sized, source=spread.source)
+    log.info("iteration %d: %s", iteration, size.said())
+    options = {**sized, "spread_source": spread.source, "tie_breaks": ranks, "screened": screened}
     try:
-        decision = race(incumbent, racers, task_ids, score, rule, start=config.race_start, tie_breaks=ranks)
+        decision = race(incumbent, racers, task_ids, score, rule, **options)
     except _IncumbentFailed as failed:  # its zeros would read as every candidate's gain
         reason = f"the incumbent failed in the race: {failed}"
         decision = Decision(rule.rule, incumbent, None, reason, tuple(racers), ())
     kept = f"adopted {decision.adopted}" if decision.adopted else f"kept {incumbent}"
     log.info("iteration %d: %s (%s)", iteration, kept, decision.reason)
     return decision, scorer.cost if scorer is not None else None
+
+
+def screen(
+    archive: HarnessArchive, iteration: int, config: MetaHarnessConfig, *, selection: bool
+) -> tuple[list[str], dict[str, str]]:
+    """The iteration's valid candidates that race (the best on the feedback slice, which proposers
+    saw: fine for screening, never for deciding) and those screened out, with why."""
+    valid = [m for m in archive.candidates if m.iteration == iteration and m.valid]
+    ranked = sorted(valid, key=lambda m: m.rank_key, reverse=True)
+    keep = config.racing(len(ranked), selection=selection)
+    racing, out = ranked[:keep], ranked[keep:]
+    cut = racing[-1].scores.mean if racing else 0.0
+    screened = {m.name: f"screened out: feedback mean {m.scores.mean:.3f} <= {cut:.3f}" for m in out}
+    order = {m.name: i for i, m in enumerate(valid)}
+    return sorted((m.name for m in racing), key=order.__getitem__), screened
+
+
+def race_spread(archive: HarnessArchive, incumbent: str, config: MetaHarnessConfig) -> Spread:
+    """The spread this run's next race expects (optimizers.harness.sizing)."""
+    scores = list(archive.get(incumbent).scores.per_task.values()) if incumbent in archive else []
+    return expected_spread(archive.path.parent, scores, config.spread_prior)
 
 
 def decision_record(decision: Decision, cost: ChunkCost | None) -> dict[str, Any]:
@@ -144,4 +171,12 @@ def _measure_chunk(
     return chunk_record(per_task, rollouts)
 
 
-__all__ = ["Measure", "decide", "decision_record", "record_iteration", "recorded_iterations"]
+__all__ = [
+    "Measure",
+    "decide",
+    "decision_record",
+    "race_spread",
+    "record_iteration",
+    "recorded_iterations",
+    "screen",
+]

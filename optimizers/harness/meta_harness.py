@@ -47,9 +47,15 @@ from optimizers.harness.archive import (
     Proposal,
 )
 from optimizers.harness.config import MetaHarnessConfig, MetaHarnessReport, stop_reason
-from optimizers.harness.decision import decide, decision_record, record_iteration, recorded_iterations
-from optimizers.harness.racing import Decision
-from optimizers.harness.selection import selection_folder, split_search_tasks
+from optimizers.harness.decision import (
+    decide,
+    decision_record,
+    race_spread,
+    record_iteration,
+    recorded_iterations,
+)
+from optimizers.harness.racing import Decision, size_race
+from optimizers.harness.selection import Slices, selection_folder, slice_sizes, split_search_tasks
 from optimizers.harness.task_card import task_card
 from optimizers.harness.validation import (
     CandidateRejected,
@@ -145,12 +151,13 @@ class MetaHarness(Teleprompter):
     def compile(self, student: dspy.Module, *, trainset: list, valset: list | None = None):
         """Search harnesses on `trainset` (the harness-search tasks); valset is not used here."""
         history: list[HarnessIteration] = []
-        best, reason = None, "max_iterations"
+        best, reason = None, "cannot decide"  # the search ends by itself only when it cannot decide
         for signal, program in self.iterations(student, trainset):
             history.append(signal)
             best = program
-            reason = stop_reason(history, self.config)
-            if reason:
+            stopped = stop_reason(history, self.config)
+            if stopped:
+                reason = stopped
                 break
         archive = HarnessArchive(self.archive_dir)
         incumbent = history[-1].best_name if history else ROOT
@@ -164,21 +171,25 @@ class MetaHarness(Teleprompter):
             proposer_tokens=functools.reduce(add_counts, (s.proposer_tokens for s in history), 0),
             stopped=reason,
         )
+        best = best or as_harness(student, examples=trainset)
         best.report = self.report
         return best
 
     # -- the phase API ----------------------------------------------------------------------
 
     def rollouts_per_iteration(self, searchset: Sequence[dspy.Example], iteration: int) -> int:
-        """Worst-case rollouts of one iteration: each candidate's smoke, feedback and selection
-        rollouts, and the incumbent's selection rollouts in the race."""
+        """Worst-case rollouts of one iteration: each candidate's smoke and feedback rollouts, and
+        the racers' and the incumbent's selection rollouts; iteration 0 scores the incoming harness
+        (the engine lets it in only with the first decision's cost beside it)."""
         config = self.config
-        feedback = min(config.tasks, len(searchset))
-        selection = min(config.selection_tasks, max(0, len(searchset) - feedback))
-        per_candidate = config.smoke_tasks + (feedback + selection) * config.rollouts_per_task
+        feedback, selection = slice_sizes(
+            len(searchset), feedback=config.tasks, selection=config.selection_tasks, least=config.smoke_tasks
+        )
+        racers = config.racing(config.candidates, selection=bool(selection))
+        scored = config.smoke_tasks + feedback * config.rollouts_per_task
         if iteration == 0:
-            return config.smoke_tasks + feedback * config.rollouts_per_task
-        return per_candidate * config.candidates + selection * config.rollouts_per_task
+            return scored
+        return scored * config.candidates + selection * (racers + 1) * config.rollouts_per_task
 
     def iterations(
         self, program: dspy.Module, searchset: Sequence[dspy.Example], *, archive_dir: Path | None = None
@@ -193,17 +204,20 @@ class MetaHarness(Teleprompter):
         student, lm, slices = self._check_inputs(program, searchset)
         archive = HarnessArchive(Path(archive_dir) if archive_dir is not None else self.archive_dir)
         self._check_root(archive, student.source)
+        selection_folder(archive.path).mkdir(parents=True, exist_ok=True)
+        slices = slices.as_recorded(selection_folder(archive.path), searchset)
+        slices.record(selection_folder(archive.path))
         tasks = slices.feedback
         archive.record_labels({task_id_of(task): gold_fields(task) for task in tasks})
         archive.record_task(task_card(student.signature, student.tools_factory(tasks[0]), self.metric))
-        selection_folder(archive.path).mkdir(parents=True, exist_ok=True)
-        slices.record(selection_folder(archive.path))
         records = recorded_iterations(archive)
         incumbent = ROOT
         for signal in records:
             incumbent = signal.best_name
             yield signal, self._program(student, archive, incumbent)
         for iteration in itertools.count(len(records)):
+            if not self._can_decide(archive, incumbent, slices):
+                return
             started = time.perf_counter()
             sources, spent, error = self._sources(archive, student.source, iteration)
             for source in sources:
@@ -229,16 +243,40 @@ class MetaHarness(Teleprompter):
             )
         config = self.config
         slices = split_search_tasks(
-            searchset, feedback=config.tasks, selection=config.selection_tasks, seed=config.seed
+            searchset,
+            feedback=config.tasks,
+            selection=config.selection_tasks,
+            seed=config.seed,
+            least=config.smoke_tasks,
         )
-        if len(slices.selection) < config.selection_tasks:
-            log.warning(
-                "the selection slice holds %d of the %d tasks asked for (the search set has %d)",
+        if config.selection_tasks and len(slices.selection) < config.selection_tasks:
+            log.info(
+                "the search set has %d tasks: %d for feedback, %d to decide on (%d asked for)",
+                len(searchset),
+                len(slices.feedback),
                 len(slices.selection),
                 config.selection_tasks,
-                len(searchset),
             )
         return program, lm, slices
+
+    def _can_decide(self, archive: HarnessArchive, incumbent: str, slices: Slices) -> bool:
+        """Whether the phase's next race could adopt anything: a slice on which no lead within the
+        score range [0, 1] could clear the rule (a search set of a few tasks) ends the phase before
+        its proposals spend a rollout, so the run's budget goes elsewhere."""
+        config, rule = self.config, self.config.decision_rule()
+        deciding = slices.selection if config.selection_tasks else slices.feedback
+        racers = config.racing(config.candidates, selection=bool(config.selection_tasks))
+        spread = race_spread(archive, incumbent, config)
+        size = size_race(
+            rule, len(deciding), racers, start=config.race_start, spread=spread.value, source=spread.source
+        )
+        if size.adoptable < 1.0:
+            return True
+        log.warning(
+            "the harness phase ends: %s; give more search tasks (compile's valset) for harness decisions",
+            size.said(),
+        )
+        return False
 
     def _check_root(self, archive: HarnessArchive, source: HarnessSource) -> None:
         if ROOT in archive and archive.get(ROOT).digest != source.digest:

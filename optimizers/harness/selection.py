@@ -50,30 +50,52 @@ class Slices:
     def ids(self) -> list[str]:
         return [task_id_of(t) for t in self.selection]
 
+    def as_recorded(self, folder: Path, searchset: Sequence[dspy.Example]) -> Slices:
+        """The split an archive was started with, where it recorded one (a resumed phase keeps its
+        slices even where today's rule would split its search set otherwise)."""
+        path = folder / SLICES_FILE
+        if not path.exists():
+            return self
+        recorded = json.loads(path.read_text())
+        by_id = {task_id_of(t): t for t in searchset}
+        missing = [t for t in (*recorded["feedback"], *recorded["selection"]) if t not in by_id]
+        if missing:
+            raise ConfigError(
+                f"{path} names {len(missing)} task(s) the search set lacks (e.g. {missing[0]!r}): "
+                "use a new archive directory for another search set"
+            )
+        return Slices([by_id[t] for t in recorded["feedback"]], [by_id[t] for t in recorded["selection"]])
+
 
 def split_search_tasks(
-    searchset: Sequence[dspy.Example], *, feedback: int, selection: int, seed: int
+    searchset: Sequence[dspy.Example], *, feedback: int, selection: int, seed: int, least: int = 1
 ) -> Slices:
     """`feedback` tasks (the same draw the phase always made) and up to `selection` others.
 
-    A search set no larger than `feedback` is used whole, as before. `selection` 0 means decisions
-    are made on the feedback tasks (the paper's setting, kept to reproduce it).
+    A search set smaller than both slices is shared between them in their proportion (the
+    feedback slice keeps at least `least` tasks, a candidate's smoke test): a user's small data is
+    never refused, and the harness phase says what its races can decide on what is left.
+    `selection` 0 means decisions are made on the feedback tasks (the paper's setting, kept to
+    reproduce it); a search set no larger than `feedback` is then used whole.
     """
     tasks = list(searchset)
+    ids = [task_id_of(t) for t in tasks]
+    if len(set(ids)) != len(ids):
+        raise ConfigError("search tasks must have distinct task ids: decisions pair scores by task")
+    feedback, selection = slice_sizes(len(tasks), feedback=feedback, selection=selection, least=least)
     shuffled = len(tasks) > feedback
     order = np.random.default_rng(seed).permutation(len(tasks)) if shuffled else np.arange(len(tasks))
     shown = [tasks[i] for i in sorted(order[:feedback])]
     decide = [tasks[i] for i in order[feedback : feedback + selection]]
-    if selection and not decide:
-        raise ConfigError(
-            f"the search set has {len(tasks)} tasks and the feedback slice takes {feedback}, leaving "
-            f"none to decide on (selection_tasks={selection}): give more search tasks, or "
-            "selection_tasks=0 to decide on the tasks the proposer sees"
-        )
-    ids = [task_id_of(t) for t in tasks]
-    if len(set(ids)) != len(ids):
-        raise ConfigError("search tasks must have distinct task ids: decisions pair scores by task")
     return Slices(shown, decide)
+
+
+def slice_sizes(tasks: int, *, feedback: int, selection: int, least: int = 1) -> tuple[int, int]:
+    """The feedback and selection slices' sizes on a search set of `tasks` (split_search_tasks)."""
+    if selection and tasks < feedback + selection:
+        feedback = min(tasks, max(least, 1, round(tasks * feedback / (feedback + selection))))
+    feedback = min(feedback, tasks)
+    return feedback, min(selection, tasks - feedback)
 
 
 def selection_folder(archive_path: Path) -> Path:
@@ -169,5 +191,6 @@ __all__ = [
     "Slices",
     "chunk_record",
     "selection_folder",
+    "slice_sizes",
     "split_search_tasks",
 ]

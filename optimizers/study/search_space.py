@@ -206,4 +206,4 @@ def config_to_params(schedule: Schedule) -> dict[str, Any]:
 
 def paper_configs() -> tuple[Schedule, ...]:
     """The paper's settings, run first: fixed(E=0.6, I=6), then the adaptive (patience) default."""
-    return (Fixed(epochs=0.6, iterations=6), Patience())
+    return (Fixed(epochs=0.6, iterations=5), Patience())

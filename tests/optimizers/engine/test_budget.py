@@ -151,8 +151,9 @@ def test_a_budget_in_calls_or_tokens_costs_a_unit_at_the_run_s_rate():
 def test_the_first_unit_under_tokens_is_let_in_at_an_upper_bound_not_at_one_token(tmp_path):
     """Nothing measured yet (no tracked tasks): the first search iteration may cost 6 rollouts x 2
     calls x 100 tokens = 1,200 tokens. At a token a rollout it fitted a 1,000-token budget and spent
-    past it; at the bound (8 calls of 512 tokens a rollout) it does not start."""
-    for budget, started in ((1000, False), (30_000, True)):
+    past it; at the bound (8 calls of 512 tokens a rollout) it does not start, nor does it without
+    room for its first decision's 12 rollouts beside it (18 x 8 x 512 = 73,728 tokens)."""
+    for budget, started in ((1000, False), (60_000, False), (80_000, True)):
         server = backend()
         harness = FakeHarnessPhase(tokens_per_call=100)
         opt = optimizer(

@@ -26,9 +26,9 @@ from whale_dspy.evaluation import InProcessEvaluator
 from whale_dspy.rundir import RunDir
 
 VOLATILE = {"time", "elapsed", "seconds"}
-BUDGET = (
-    60  # whale, fixed(0.6, 3): weight 3 steps (12), harness 3 iterations (30) -> 6 weight + 4 harness units
-)
+BUDGET = 72
+"""whale, fixed(0.6, 2): weight 3 steps (12), harness iteration 0 and 2 decisions (30); the second
+harness phase is let in with its first decision's cost (18) -> 6 weight + 5 harness units."""
 
 
 def run(run_dir, crashes=None, **options):
@@ -37,7 +37,7 @@ def run(run_dir, crashes=None, **options):
     crashes = crashes or Crashes()
     weight = FakeWeightPhase(server, crashes=crashes)
     harness = FakeHarnessPhase(crashes=crashes)
-    settings = {"budget": BUDGET, "schedule": Fixed(0.6, 3), **options}
+    settings = {"budget": BUDGET, "schedule": Fixed(0.6, 2), **options}
     opt = optimizer(run_dir, server, weight=weight, harness=harness, **settings)
     return compile_run(opt, server), server, weight
 
@@ -77,7 +77,7 @@ def crash_points(report):
 
 def test_the_reference_run_has_units_in_every_phase(reference):
     report, _ = reference
-    assert units_of(report) == [("weight", 3), ("harness", 3), ("weight", 3), ("harness", 1), ("weight", 0)]
+    assert units_of(report) == [("weight", 3), ("harness", 3), ("weight", 3), ("harness", 2), ("weight", 0)]
 
 
 def test_resume_after_a_crash_at_every_unit_matches_an_uninterrupted_run(reference, tmp_path):
@@ -112,7 +112,8 @@ def test_a_run_folder_restored_elsewhere_resumes_from_its_own_copy_of_the_adapte
     crashes = Crashes({("harness", 1, "before")})
     server = backend()
     weight = FakeWeightPhase(server, crashes=crashes, adapter_dir=first / "adapters")
-    opt = optimizer(first, server, weight=weight, harness=FakeHarnessPhase(crashes=crashes), budget=BUDGET)
+    harness = FakeHarnessPhase(crashes=crashes)
+    opt = optimizer(first, server, weight=weight, harness=harness, budget=BUDGET, schedule=Fixed(0.6, 2))
     with pytest.raises(Crash):
         compile_run(opt, server)
     for step in range(3):  # what a trainer would have written there

@@ -9,6 +9,7 @@ from optimizers.engine.schedules import (
     SCHEDULES,
     Fixed,
     Patience,
+    as_recorded_schedule,
     fixed_steps,
     parse_schedule,
     schedule_from_dict,
@@ -73,15 +74,27 @@ def test_fixed_weight_phase_stops_after_its_share_of_the_epoch():
     assert stop_points(decide, steps(0, 0, 0)) == [False, True, True, True]
 
 
-def test_fixed_harness_phase_counts_the_incoming_evaluation():
+def test_fixed_harness_phase_counts_decisions_not_the_incoming_evaluation():
+    """Iteration 0 re-scores the incoming harness; I counts the decisions after it."""
     schedule = Fixed(0.6, 3)
     assert stop_points(schedule.harness_done, iterations(0.1, 0.2, 0.3, 0.4)) == [
         False,
         False,
         False,
-        True,
+        False,
         True,
     ]
+    assert stop_points(Fixed(0.5, 1).harness_done, iterations(0.1, 0.2)) == [False, False, True]
+
+
+def test_a_schedule_recorded_before_decisions_were_counted_keeps_its_meaning():
+    """A run folder's schedule without `counts` counted the incoming evaluation as an iteration."""
+    old = schedule_from_dict({"kind": "fixed", "epochs": 0.6, "iterations": 3})
+    assert old.counts == "iterations"
+    assert stop_points(old.harness_done, iterations(0.1, 0.2, 0.3, 0.4)).index(True) == 3
+    assert as_recorded_schedule(Fixed(0.6, 3), {"kind": "fixed", "epochs": 0.6, "iterations": 3}) == old
+    assert as_recorded_schedule(Fixed(0.6, 3), Fixed(0.6, 3).to_dict()) == Fixed(0.6, 3)
+    assert schedule_from_dict(Fixed(0.6, 3).to_dict()) == Fixed(0.6, 3)
 
 
 def test_window_means_and_improvement_counter():
@@ -117,11 +130,12 @@ def test_patience_weight_min_delta_and_max():
 
 
 def test_patience_harness_min_patience_and_max():
+    """min and max count decisions (iteration 0 is the incoming harness's scoring)."""
     schedule = Patience(harness_min=3, harness_patience=2, harness_max=6)
     flat = iterations(0.5, 0.5, 0.5, 0.5, 0.5)
-    assert stop_points(schedule.harness_done, flat).index(True) == 3  # min reached, 2 since best
-    rising = iterations(0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7)
-    assert stop_points(schedule.harness_done, rising).index(True) == 6  # harness_max
+    assert stop_points(schedule.harness_done, flat).index(True) == 4  # 3 decisions, 2 since best
+    rising = iterations(0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
+    assert stop_points(schedule.harness_done, rising).index(True) == 7  # harness_max decisions
     late = iterations(0.1, 0.1, 0.4, 0.4, 0.4, 0.4)
     assert stop_points(schedule.harness_done, late).index(True) == 5  # the improvement at 2 resets patience
 
@@ -151,8 +165,8 @@ def test_every_registered_kind_round_trips_and_is_in_the_help():
     [
         ("fixed:0.6", "two values"),
         ("fixed:0,6", "E (epochs per cycle) must be > 0"),
-        ("fixed:0.6,0", "I (harness iterations)"),
-        ("fixed:0.6,2.5", "I (harness iterations)"),
+        ("fixed:0.6,0", "I (harness decisions)"),
+        ("fixed:0.6,2.5", "I (harness decisions)"),
         ("fixed:a,6", "not a number"),
         ("patience:bogus=1", "valid keys are weight_burn_in"),
         ("patience:weight_window=0", "weight_window must be an int >= 1"),

@@ -43,8 +43,9 @@ def sequence(report):
 
 
 def test_whale_alternates_under_a_fixed_schedule(tmp_path):
-    # 10 train tasks / batch 2 = 5 steps per epoch; E=0.6 -> 3 steps (12 rollouts); I=3 -> 6+12+12 rollouts
-    _, report, weight, harness = run_method(tmp_path, "whale", schedule=Fixed(0.6, 3), budget=100)
+    # 10 train tasks / batch 2 = 5 steps per epoch; E=0.6 -> 3 steps (12 rollouts); I=2 decisions ->
+    # 6 (iteration 0) + 12 + 12 rollouts; a harness phase starts only with room for 6 + 12
+    _, report, weight, harness = run_method(tmp_path, "whale", schedule=Fixed(0.6, 2), budget=100)
     cycle = [("weight", 3, "schedule"), ("harness", 3, "schedule")]
     assert sequence(report) == cycle * 2 + [("weight", 3, "schedule"), ("harness", 0, "budget")]
     assert report.finished == "budget spent"
@@ -101,13 +102,13 @@ def test_patience_switches_on_the_signals(tmp_path):
     )
     weight = FakeWeightPhase(server, rewards=lambda step: [0.1, 0.5, 0.4, 0.3][step % 4])
     harness = FakeHarnessPhase(scores=lambda phase, i: 0.5 if i < 2 else 0.4)
-    opt = optimizer(tmp_path / "run", server, weight=weight, harness=harness, schedule=schedule, budget=60)
+    opt = optimizer(tmp_path / "run", server, weight=weight, harness=harness, schedule=schedule, budget=70)
     report = compile_run(opt, server).report
     # weight: peak at step 1, two steps without improvement -> 4 steps; harness: best stays at
-    # iteration 0's 0.5 -> stop after harness_min=2 iterations
+    # iteration 0's 0.5 -> stop after harness_min=2 decisions (iteration 0 and two more units)
     assert sequence(report)[:3] == [
         ("weight", 4, "schedule"),
-        ("harness", 2, "schedule"),
+        ("harness", 3, "schedule"),
         ("weight", 4, "schedule"),
     ]
 

@@ -59,7 +59,51 @@ def test_a_genuinely_better_candidate_is_adopted_with_its_paired_gain_recorded()
     assert gain["low"] > 0 and gain["gain"] == pytest.approx(
         sum(better[t] - h0[t] for t in decision.tasks) / len(decision.tasks)
     )
-    assert gain["tasks"] == len(decision.tasks) < len(TASKS)  # it stopped early, once it cleared
+    assert gain["tasks"] == len(decision.tasks)
+
+
+def test_a_real_gain_of_two_tenths_is_adopted_before_the_whole_slice():
+    h0 = {t: float(i % 2 == 0) for i, t in enumerate(TASKS)}
+    better = {t: 1.0 if i % 5 in (1, 3) else h0[t] for i, t in enumerate(TASKS)}  # +0.22, all wins
+    table = Table({"h0": h0, "better": better})
+    decision = race("h0", ["better"], TASKS, table, Acceptance(), start=8, spread=0.33)
+    assert decision.adopted == "better" and decision.gain.gain == pytest.approx(0.2, abs=0.04)
+    assert decision.rounds[-1].tasks < len(TASKS)  # the boundary let it in at an earlier look
+
+
+def test_the_error_rate_is_spent_once_over_the_looks_not_split_evenly():
+    """O'Brien-Fleming: a bar far above Bonferroni's early, below it at the last look."""
+    looks = race_sizes(8, 64)
+    spent, even = Acceptance().levels(looks, 1), Acceptance("paired-bonferroni").levels(looks, 1)
+    assert spent[0] < even[0] / 100 and spent[-1] > 3 * even[-1]
+    assert spent[-1] < 0.05 and even == pytest.approx([0.05 / 4] * 4)
+    assert Acceptance().levels(looks, 2)[-1] < spent[-1]  # split over the candidates that race
+
+
+def test_a_race_among_candidates_equal_to_the_incumbent_stops_early():
+    """Nothing to gain: futility ends it well before the slice, without an adoption."""
+    h0 = {t: float(i % 2 == 0) for i, t in enumerate(TASKS)}
+    twins = {f"twin{k}": {t: float((i + k) % 2 == 0) if i % 9 == k else h0[t] for i, t in enumerate(TASKS)}
+             for k in (1, 2)}  # fmt: skip
+    table = Table({"h0": h0, **twins})
+    decision = race("h0", list(twins), TASKS, table, Acceptance(), start=8, spread=0.33)
+    assert decision.adopted is None and decision.rounds[-1].tasks <= 16
+    assert all("futile" in why for why in decision.rounds[-1].dropped.values())
+    patient = race(
+        "h0", list(twins), TASKS, Table(table.scores), Acceptance(futility=0), start=8, spread=0.33
+    )
+    assert patient.rounds[-1].tasks == len(TASKS)  # without the stop it runs the whole slice
+
+
+def test_a_race_is_sized_before_it_runs_and_says_the_smallest_lead_it_can_adopt():
+    h0 = {t: 0.0 for t in TASKS}
+    decision = race("h0", ["c"], TASKS, Table({"h0": h0, "c": dict(h0)}), Acceptance(), start=8, spread=0.33)
+    size = decision.size
+    assert size.looks == (8, 16, 32, 64) and size.racers == 1
+    assert size.adoptable == pytest.approx(0.33 * 1.7 / 8, abs=0.01)  # t * spread / sqrt(n)
+    assert f"{size.adoptable:+.3f} on 64 tasks" in size.said()
+    one = race("h0", ["c"], TASKS[:1], Table({"h0": h0, "c": dict(h0)}), Acceptance(), start=8, spread=0.33)
+    assert one.size.adoptable == math.inf and "cannot adopt" in one.size.said()
 
 
 def test_the_incumbent_is_scored_on_every_round_s_tasks_beside_the_candidates():
@@ -104,22 +148,23 @@ def test_a_refused_race_says_what_lead_would_have_cleared_at_its_spread():
     # A user who sees nothing adopted must learn whether more selection tasks could ever decide it.
     h0 = {t: float(i % 2 == 0) for i, t in enumerate(TASKS)}
     close = {t: float(i % 2 == 0 or i % 7 == 0) - float(i % 23 == 0) for i, t in enumerate(TASKS)}  # +0.031
-    refused = race("h0", ["close"], TASKS, Table({"h0": h0, "close": close}), Acceptance(), start=8)
+    patient = Acceptance(futility=0)  # run to the last look, where the refusal is said
+    refused = race("h0", ["close"], TASKS, Table({"h0": h0, "close": close}), patient, start=8)
     assert refused.adopted is None and refused.reason.startswith("no candidate cleared paired on 64 tasks")
     needed = float(re.search(r"a lead above ([+-][0-9.]+) clears", refused.reason).group(1))
     lead = refused.rounds[-1].bounds["close"].gain
     for shift, adopted in ((needed - lead + 0.002, "close"), (needed - lead - 0.002, None)):
         moved = {t: score + shift for t, score in close.items()}  # the same spread, a larger lead
-        again = race("h0", ["close"], TASKS, Table({"h0": h0, "close": moved}), Acceptance(), start=8)
+        again = race("h0", ["close"], TASKS, Table({"h0": h0, "close": moved}), patient, start=8)
         assert again.adopted == adopted
 
 
 def test_the_refusal_names_the_candidate_nearest_to_clearing_not_the_largest_lead():
     h0 = {t: 0.0 for t in TASKS}
-    wide = {t: 1.0 if i % 2 else -0.6 for i, t in enumerate(TASKS)}  # +0.2, a wide spread
+    wide = {t: 1.6 if i % 2 else -1.2 for i, t in enumerate(TASKS)}  # +0.2, a wide spread
     narrow = {t: 0.02 + (0.1 if i % 2 else -0.1) for i, t in enumerate(TASKS)}  # +0.02, a narrow one
     table = Table({"h0": h0, "wide": wide, "narrow": narrow})
-    refused = race("h0", ["wide", "narrow"], TASKS, table, Acceptance(), start=8)
+    refused = race("h0", ["wide", "narrow"], TASKS, table, Acceptance(futility=0), start=8)
     assert refused.adopted is None and "(nearest narrow +0.020;" in refused.reason
 
 
@@ -153,7 +198,8 @@ def test_paired_bound_is_students_t_and_needs_two_tasks():
 
 
 @pytest.mark.parametrize(
-    "fields", [{"rule": "best"}, {"confidence": 1.0}, {"confidence": 0.2}, {"margin": -0.1}]
+    "fields",
+    [{"rule": "best"}, {"confidence": 1.0}, {"confidence": 0.2}, {"margin": -0.1}, {"futility": 1.0}],
 )
 def test_bad_acceptance_settings_are_refused(fields):
     with pytest.raises(ConfigError):

@@ -102,7 +102,7 @@ def test_a_space_read_from_json_keeps_defaults_and_names_unknown_ranges():
 def test_the_paper_settings_run_first():
     study = run_study(config(trials=3, pruner="none"), scripted_run_trial())
     first, second = sorted(study.trials, key=lambda t: t.number)[:2]
-    assert first.user_attrs["schedule"] == "fixed:0.6,6"
+    assert first.user_attrs["schedule"] == "fixed:0.6,5"
     assert second.user_attrs["schedule"] == Patience().spec()
 
 
@@ -116,7 +116,7 @@ def test_requested_schedules_run_after_the_paper_settings_once_and_must_lie_in_t
     extra = (Fixed(0.3, 2), Fixed(1.5, 3))
     study = run_study(config(trials=5, pruner="none", enqueue=extra), scripted_run_trial())
     schedules = [t.user_attrs["schedule"] for t in sorted(study.trials, key=lambda t: t.number)]
-    assert schedules[:4] == ["fixed:0.6,6", Patience().spec(), "fixed:0.3,2", "fixed:1.5,3"]
+    assert schedules[:4] == ["fixed:0.6,5", Patience().spec(), "fixed:0.3,2", "fixed:1.5,3"]
     with pytest.raises(ConfigError, match="outside the search space: fixed:9,2, fixed:0.25,2"):
         config(enqueue=(Fixed(9.0, 2), Fixed(0.25, 2)))  # 0.25 is off the default grid 0.2 + 0.1 n
 

@@ -178,7 +178,7 @@ def test_two_workers_share_one_study_and_prune(tmp_path, storage):
     assert 10 <= len(trials) <= 11  # one trial may overshoot: both workers can start the 10th
     assert {t.user_attrs["worker"] for t in trials} == {w.pid for w in workers}
     first = min(trials, key=lambda t: t.number)
-    assert first.params == {"schedule": "fixed", "epochs": 0.6, "harness_iterations": 6}
+    assert first.params == {"schedule": "fixed", "epochs": 0.6, "harness_iterations": 5}
 
 
 def wait_at_gate(gate: Path, *, workers: int, timeout: float = 120.0) -> None:
