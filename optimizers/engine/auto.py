@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import tempfile
+import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -19,6 +20,8 @@ from typing import Any
 import dspy
 
 from optimizers.engine.config import RunSettings
+from optimizers.engine.progress import ProgressLines, show_progress
+from optimizers.engine.progress import log as progress_log
 from whale_dspy.errors import ConfigError
 from whale_dspy.protocols import InferenceBackend
 
@@ -102,17 +105,35 @@ class AutoRequest:
                 "auto= needs a backend: give the student an LM from whale_dspy.LM(...) (its provider "
                 "serves and trains), or pass backend="
             )
-        run_dir = Path(self.run_dir or tempfile.mkdtemp(prefix="whale-run-"))
-        if self.run_dir is None:
-            log.info("run folder: %s (pass run_dir= to choose it)", run_dir)
+        run_dir = Path(self.run_dir or default_run_dir(student))
+        progress_log.info("run folder %s%s", run_dir, "" if self.run_dir else " (run_dir= chooses another)")
         model = ours.base if ours else (backend.base_model or backend.served_model())
         # adapter names are never reused on a server: each run folder tags its own
         tag = "auto-" + hashlib.sha256(str(run_dir.resolve()).encode()).hexdigest()[:8]
         settings = replace(auto_settings(self.auto, model=model), run_tag=tag)
         trainer, base = (ours.trainer, ours.base) if ours else (None, None)
+        progress = ProgressLines(settings.budget, settings.budget_unit)
+        show_progress()
         return optimizer_kwargs(
-            settings, run_dir, backend, metric, trainer=trainer, base=base, on_event=self.on_event
-        )
+            settings, run_dir, backend, metric, trainer=trainer, base=base,
+            on_event=progress if self.on_event is None else _both(progress, self.on_event),
+        )  # fmt: skip
+
+
+def default_run_dir(student: dspy.Module) -> Path:
+    """`whale_runs/<program>-<time>` under the working directory: what the run trained is kept
+    where the user works, not in a temporary folder the system cleans."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    folder = Path.cwd() / "whale_runs" / f"{type(student).__name__}-{stamp}"
+    return folder if not folder.exists() else folder.with_name(f"{folder.name}-{os.getpid()}")
+
+
+def _both(*listeners: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, Any]], None]:
+    def listen(event: dict[str, Any]) -> None:
+        for listener in listeners:
+            listener(event)
+
+    return listen
 
 
 def _lm_of(student: dspy.Module) -> dspy.BaseLM | None:

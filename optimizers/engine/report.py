@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from optimizers.engine.budget import Spend
-from optimizers.engine.checkpoint import RunState, read_state
+from optimizers.engine.checkpoint import RunState, engine_events, read_state
+from optimizers.engine.progress import RunSummary, run_summary
 from optimizers.engine.schedules import schedule_from_dict
 from whale_dspy.rundir import RunDir
 
@@ -68,6 +69,14 @@ class WhaleReport:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def summary(self) -> RunSummary:
+        """Whether the program got better: the start's and the final checkpoint's test scores with
+        their paired interval over tasks, what the phases did, the run folder and the adapter
+        (`print(report.summary().text())`)."""
+        events = engine_events(RunDir(Path(self.run_dir)))
+        adapter = (self.adapter or {}).get("name")
+        return run_summary(self.curve, events, self.run_dir, adapter)
 
 
 def report_from_state(state: RunState, config: dict[str, Any], run_dir: Path) -> WhaleReport:

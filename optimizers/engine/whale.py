@@ -40,6 +40,7 @@ from optimizers.engine.compile_sets import RunSets, fingerprint, run_sets
 from optimizers.engine.config import RunSettings
 from optimizers.engine.methods import HARNESS, WEIGHT, Method, get_method
 from optimizers.engine.phases import HarnessPhase, PhaseDriver, WeightPhase, harness_driver, weight_driver
+from optimizers.engine.progress import log as progress_log
 from optimizers.engine.report import report_from_state
 from optimizers.engine.schedules import Schedule, as_recorded_schedule
 from optimizers.engine.shared_evals import SharedEvaluations
@@ -100,8 +101,10 @@ class WhaleOptimizer(Teleprompter):
         sampling for this kind of machine, built when `compile` finds the backend; default None
         (the explicit form). `backend`: the server; default (short form) the student's LM's
         WhaleProvider's. `run_dir`: where config, events, checkpoints, adapters and the
-        harness archive go; required in the explicit form, a new temporary folder (named in the
-        log and the report) in the short form. `schedule` (optimizers.engine.schedules), `budget` (in
+        harness archive go; required in the explicit form, `whale_runs/<program>-<time>` under the
+        working directory (said at the start) in the short form, which also prints a line per weight
+        step, harness decision and checkpoint, tracks the valset when no `track` is given, and ends
+        with `report.summary()`. `schedule` (optimizers.engine.schedules), `budget` (in
         `budget_unit`s: rollouts, policy LM `calls` or completion `tokens`), `eval_every` (checkpoint
         evaluations every this many of them): required in the explicit form. `weight_phase`,
         `harness_phase`: the phases `method` needs ("whale" needs both; optimizers.engine.methods).
@@ -224,9 +227,12 @@ class WhaleOptimizer(Teleprompter):
         `resume`: continue the run recorded in `run_dir`. `searchset`/`testset`: deprecated
         spellings of `valset`/`track` (see optimizers.engine.compile_sets).
         """
-        if self.auto is not None:  # the short form: built now that the student names its backend
+        short = self.auto is not None
+        if short:  # the short form: built now that the student names its backend
             self._setup(**self.auto.optimizer_kwargs(student, self.metric))
             self.auto = None
+            if track is None and testset is None:  # a user asks whether the program got better
+                track, track_name = valset if valset is not None else searchset, "val"
         sets = run_sets(
             trainset, valset, track, track_name, searchset=searchset, testset=testset,
             searches=HARNESS in self.method.needs,
@@ -246,6 +252,8 @@ class WhaleOptimizer(Teleprompter):
             self._evaluate(recorder, program, data, force=True)
         self.report = report_from_state(recorder.state, self._config(student, data), recorder.run.path)
         program.report = self.report
+        if short:
+            progress_log.info("done:\n%s", self.report.summary().text())
         return program
 
     # -- setup ---------------------------------------------------------------------------------

@@ -58,6 +58,11 @@ class WhaleProvider(dspy.Provider):
         self._started = False
         self._counter = itertools.count()
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> WhaleProvider:
+        """A provider is a handle on one server and its trainer (a lock among them): a deep copy of a
+        program (DSPy's `Module.deepcopy`, every optimizer's student copy) shares it."""
+        return self
+
     def lm(self, adapter: str | None = None, **sampling: Any) -> dspy.BaseLM:
         """The backend's LM for `adapter` (None: the base model), fine-tunable through this provider."""
         lm = self.backend.lm(adapter, **sampling)

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import json
+import logging
+from pathlib import Path
 
 import dspy
 import pytest
@@ -50,12 +52,54 @@ def test_the_short_form_compiles_a_users_program_with_its_lms_backend(short_run)
     assert config["cli"]["budget"] == 96 and config["sampling"] == {"temperature": 1.0, "max_tokens": 128}
 
 
-def test_without_a_run_folder_the_short_form_writes_a_temporary_one_named_in_its_report(tmp_path, caplog):
+@pytest.fixture
+def progress_lines(caplog):
+    """The short form's progress lines (its logger does not propagate: it prints them itself)."""
+    logger = logging.getLogger("optimizers.progress")
+    logger.addHandler(caplog.handler)
+    yield caplog
+    logger.removeHandler(caplog.handler)
+
+
+def test_without_a_run_folder_the_short_form_keeps_one_under_the_working_directory(
+    tmp_path, monkeypatch, progress_lines
+):
+    """Not the system's temporary folder, where the adapter just trained would be cleaned away."""
+    monkeypatch.chdir(tmp_path)
     program, _, _ = users_program(tmp_path)
-    with caplog.at_level("INFO", logger="optimizers.engine.auto"):
-        best = WhaleOptimizer(metric=exact, auto="light").compile(program, trainset=questions(8))
-    folder = best.report.to_dict()["run_dir"]
-    assert "whale-run-" in folder and folder in caplog.text
+    best = WhaleOptimizer(metric=exact, auto="light").compile(program, trainset=questions(8))
+    folder = Path(best.report.to_dict()["run_dir"])
+    assert folder.parent == tmp_path / "whale_runs" and folder.name.startswith("LookupQA-")
+    assert f"run folder {folder}" in progress_lines.text
+
+
+def test_the_short_form_says_what_it_does_and_whether_the_program_got_better(tmp_path, progress_lines):
+    """A line per weight step, harness decision and checkpoint; a decision raced on tasks the
+    proposer never saw (8 search tasks: 2 shown, 6 deciding); a closing summary from the start to
+    the end on the valset, with its interval."""
+    program, _, _ = users_program(tmp_path)
+    best = WhaleOptimizer(metric=exact, auto="light", run_dir=tmp_path / "run").compile(
+        program, trainset=questions(8), valset=questions(8)
+    )
+    text = progress_lines.text
+    assert "weight step 0: kept" in text and "harness decision 1:" in text and "test mean@" in text
+    slices = json.loads((tmp_path / "run" / "harness" / "phase-001-selection" / "slices.json").read_text())
+    decision = next(e["signal"]["decision"] for e in RunDir(tmp_path / "run").events("harness_iteration")
+                    if e["signal"]["decision"])  # fmt: skip
+    assert decision["tasks"] and set(decision["tasks"]) <= set(slices["selection"])
+    assert not set(slices["selection"]) & set(slices["feedback"])
+    summary = best.report.summary()
+    assert summary.start is not None and summary.gain is not None and summary.decisions >= 1
+    assert "at the start ->" in text and "95% interval over 8 tasks" in text
+
+
+def test_ten_examples_compile_the_dspy_way_with_the_default_settings(tmp_path):
+    program, _, _ = users_program(tmp_path)
+    data = questions(10)
+    best = WhaleOptimizer(metric=exact, auto="light", run_dir=tmp_path / "run").compile(
+        program, trainset=data[:6], valset=data[6:]
+    )
+    assert isinstance(best, HarnessProgram) and best.report.finished
 
 
 def test_the_short_form_refuses_what_auto_chooses_and_an_lm_without_our_provider(tmp_path):

@@ -1,0 +1,168 @@
+"""What a Python user of the short form sees: a line per weight step, harness decision and checkpoint,
+and a closing summary that says whether the program got better.
+
+The CLI owns its terminal (whale_cli.run draws a bar); a Python user who never configured logging
+saw nothing for minutes. `ProgressLines` turns the run's events into plain lines on the
+`optimizers.progress` logger, which `show_progress` makes visible on stderr unless the user has
+given it handlers of their own; the lines read the same in a terminal and in a log file.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from whale_dspy.stats import paired_gain
+
+log = logging.getLogger("optimizers.progress")
+
+
+TRUNCATED = "LM response was truncated"
+"""What DSPy warns on every LM call cut at max_tokens (dspy.clients.lm), dozens of lines a run."""
+
+
+class TruncationCount(logging.Filter):
+    """Holds back DSPy's per-call truncation warning and counts it, for one line in the summary."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.getMessage().startswith(TRUNCATED):
+            self.count += 1
+            return False
+        return True
+
+
+TRUNCATIONS = TruncationCount()
+
+
+def show_progress() -> None:
+    """Make the progress lines visible on stderr, once, unless the user routed them already; DSPy's
+    truncation warnings are counted instead of printed (the summary says how many)."""
+    truncation_logger = logging.getLogger("dspy.clients.lm")
+    if TRUNCATIONS not in truncation_logger.filters:
+        truncation_logger.addFilter(TRUNCATIONS)
+    if log.level == logging.NOTSET:
+        log.setLevel(logging.INFO)
+    if log.handlers:
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("whale: %(message)s"))
+    log.addHandler(handler)
+    log.propagate = False
+
+
+class ProgressLines:
+    """An engine listener (`on_event`): one line per event a user follows a run by."""
+
+    def __init__(self, budget: int, unit: str):
+        self.budget, self.unit = budget, unit
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        line = self.line(event)
+        if line:
+            log.info(line)
+
+    def line(self, event: dict[str, Any]) -> str | None:
+        kind, spent = event["kind"], f"{event.get('rollouts', 0)}/{self.budget} {self.unit}"
+        if kind in ("run_started", "run_resumed"):
+            return f"{kind.replace('_', ' ')} at {spent}"
+        if kind == "phase_started":
+            return f"{event['phase']} phase (cycle {event['cycle']}) at {spent}"
+        if kind == "weight_step":
+            step = event["signal"]
+            return (
+                f"weight step {step['step']}: kept {step['accepted']} of {step['rollouts']} rollouts "
+                f"(mean reward {step['mean_reward']:.3f}); {spent}"
+            )
+        if kind == "harness_iteration":
+            return _harness_line(event["signal"], spent)
+        if kind == "evaluation":
+            return (
+                f"test mean@{event['k']} at {event['rollouts']} rollouts: {event['mean_at_k']:.3f} "
+                f"[{event['ci_low']:.3f}, {event['ci_high']:.3f}] on {event['tasks']} tasks"
+            )
+        return None
+
+
+def _harness_line(signal: dict[str, Any], spent: str) -> str:
+    decision = signal.get("decision")
+    if decision is None:
+        return f"harness phase scored its incoming harness ({signal['rollouts']} rollouts); {spent}"
+    done = f"adopted {decision['adopted']}" if decision["adopted"] else f"kept {decision['incumbent']}"
+    return f"harness decision {signal['iteration']}: {done} ({decision['reason']}); {spent}"
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """The start's and the final program's test scores, their paired gain with its interval (over
+    tasks), and what each phase did."""
+
+    start: float | None
+    final: float | None
+    gain: dict[str, Any] | None
+    weight_steps: int
+    decisions: int
+    adopted: int
+    run_dir: str
+    adapter: str | None
+
+    def text(self) -> str:
+        lines = []
+        if self.start is not None and self.final is not None:
+            lines.append(f"test score: {self.start:.3f} at the start -> {self.final:.3f} at the end")
+        if self.gain is not None:
+            g = self.gain
+            verdict = (
+                "better beyond noise"
+                if g["low"] > 0
+                else "worse beyond noise"
+                if g["high"] < 0
+                else "within noise"
+            )
+            lines.append(
+                f"paired gain {g['gain']:+.3f}, 95% interval over {g['tasks']} tasks "
+                f"[{g['low']:+.3f}, {g['high']:+.3f}]: {verdict}"
+            )
+        elif self.start is None:
+            lines.append("no test score: pass track= or valset= to measure the start and the end")
+        lines.append(
+            f"{self.weight_steps} weight steps; {self.decisions} harness decisions, {self.adopted} adopted"
+        )
+        lines.append(f"run folder {self.run_dir}; adapter {self.adapter or 'none (base weights)'}")
+        if TRUNCATIONS.count:
+            lines.append(
+                f"{TRUNCATIONS.count} LM responses were cut at max_tokens: if answers look cut off, "
+                "bind the program an LM with a larger max_tokens"
+            )
+        return "\n".join(lines)
+
+
+def run_summary(
+    curve: Sequence[Any], events: Sequence[dict[str, Any]], run_dir: str, adapter: str | None
+) -> RunSummary:
+    """The summary of a run from its test curve (CurvePoints) and its events."""
+    first, last = (curve[0], curve[-1]) if curve else (None, None)
+    gain = None
+    if first is not None and last is not first and first.per_task and last.per_task:
+        gain = paired_gain(first.per_task, last.per_task).to_dict()
+    signals = [e["signal"] for e in events if e["kind"] == "harness_iteration"]
+    decisions = [s["decision"] for s in signals if s.get("decision")]
+    return RunSummary(
+        start=first.mean_at_k if first else None,
+        final=last.mean_at_k if last else None,
+        gain=gain,
+        weight_steps=sum(1 for e in events if e["kind"] == "weight_step"),
+        decisions=len(decisions),
+        adopted=sum(1 for d in decisions if d.get("adopted")),
+        run_dir=run_dir,
+        adapter=adapter,
+    )
+
+
+__all__ = ["ProgressLines", "RunSummary", "run_summary", "show_progress"]
