@@ -10,6 +10,7 @@ processes race for it.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.metadata
 import json
@@ -17,8 +18,9 @@ import logging
 import os
 import re
 import shutil
+import sys
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -187,6 +189,35 @@ def _convert_embedded(model: EmbeddedModel, out_dir: Path) -> None:
 
 def convert_gguf(gguf: Path, out_dir: Path) -> None:
     """Dequantize a GGUF to an fp32 safetensors folder with its tokenizer and chat template."""
+    with _progress_bars_only_on_a_terminal():
+        _convert_gguf(gguf, out_dir)
+
+
+@contextlib.contextmanager
+def _progress_bars_only_on_a_terminal() -> Iterator[None]:
+    """Where stderr is a log, not a terminal, transformers' three progress bars would write hundreds
+    of carriage-return updates into it: the log keeps the one line `_convert_embedded` writes. Two
+    bars follow transformers' own switch; the GGUF dequantizer's is a plain tqdm, which reads its
+    environment switch only when tqdm is imported, so that module's tqdm is swapped for the call."""
+    if sys.stderr.isatty():
+        yield
+        return
+    import functools
+
+    from transformers import modeling_gguf_pytorch_utils as gguf_utils
+    from transformers.utils import logging as hf_logging
+
+    bar = gguf_utils.tqdm
+    gguf_utils.tqdm = functools.partial(bar, disable=True)
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.enable_progress_bar()
+        gguf_utils.tqdm = bar
+
+
+def _convert_gguf(gguf: Path, out_dir: Path) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
