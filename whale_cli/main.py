@@ -19,6 +19,7 @@ from typing import NoReturn
 from whale_cli.logs import quiet_libraries
 from whale_dspy.backends.process import kill_all_now
 from whale_dspy.errors import WhaleError
+from whale_dspy.progress import TRUNCATIONS
 
 SUBCOMMANDS = (
     "whale_cli.serve",
@@ -95,14 +96,16 @@ class StopOnSignals:
         exit_now(flush=False)
 
 
-def drop_truncation_warnings(record: logging.LogRecord) -> bool:
-    """DSPy warns once per completion cut at max_tokens (121 times in the README job): evaluations
-    count them instead (`EvalReport.truncated_calls`, the evaluation events); --verbose shows them."""
-    return not record.getMessage().startswith("LM response was truncated")
+def _wide_tables_in_logs() -> None:
+    """Rich sizes a console that is no terminal (a log file, a pipe) at 80 columns and cuts the
+    run table's columns ("rollo..."): a log gets room for whole tables unless COLUMNS says."""
+    if not sys.stdout.isatty():
+        os.environ.setdefault("COLUMNS", "200")
 
 
 def main(argv: list[str] | None = None) -> int:
     _quiet_offline_defaults()
+    _wide_tables_in_logs()
     stop = StopOnSignals()
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
@@ -113,7 +116,9 @@ def main(argv: list[str] | None = None) -> int:
         datefmt="%H:%M:%S",
     )
     if not args.verbose:
-        logging.getLogger("dspy.clients.lm").addFilter(drop_truncation_warnings)
+        # DSPy warns once per completion cut at max_tokens (121 times in the README job): evaluations
+        # count them instead (`EvalReport.truncated_calls`, the evaluation events); -v shows them
+        logging.getLogger("dspy.clients.lm").addFilter(TRUNCATIONS)
         quiet_libraries()
     try:
         return int(args.func(args) or 0)

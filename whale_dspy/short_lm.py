@@ -9,15 +9,12 @@ find the server and the LoRA trainer on the student's LM.
 from __future__ import annotations
 
 import atexit
-import logging
 import os
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import dspy
-
-log = logging.getLogger(__name__)
 
 
 def LM(  # noqa: N802 - named as dspy.LM, which it stands in for
@@ -34,6 +31,8 @@ def LM(  # noqa: N802 - named as dspy.LM, which it stands in for
     from whale_dspy.backends import RemoteServer, WhaleProvider, embedded_server
     from whale_dspy.backends.vllm_server import cpu_build
     from whale_dspy.models import resolve_model
+    from whale_dspy.progress import log as progress_log
+    from whale_dspy.progress import show_progress
     from whale_dspy.training.config import LoraTrainingConfig
     from whale_dspy.training.lora_trainer import LoraTrainer
 
@@ -46,7 +45,10 @@ def LM(  # noqa: N802 - named as dspy.LM, which it stands in for
     if url is not None:
         backend: Any = RemoteServer(url, base_model=base)
     else:
-        log.info("starting the embedded server on %s (log: %s)", model, folder / "vllm.log")
+        show_progress()
+        progress_log.info(
+            "starting the embedded server on %s (a minute or more; log: %s)", model, folder / "vllm.log"
+        )
         backend = embedded_server(model, run_dir=folder)
         backend.start()
         atexit.register(backend.stop)

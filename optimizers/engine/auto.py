@@ -20,9 +20,10 @@ from typing import Any
 import dspy
 
 from optimizers.engine.config import RunSettings
-from optimizers.engine.progress import ProgressLines, show_progress
-from optimizers.engine.progress import log as progress_log
+from optimizers.engine.progress import ProgressLines
 from whale_dspy.errors import ConfigError
+from whale_dspy.progress import log as progress_log
+from whale_dspy.progress import show_progress
 from whale_dspy.protocols import InferenceBackend
 
 log = logging.getLogger(__name__)
@@ -105,6 +106,7 @@ class AutoRequest:
                 "auto= needs a backend: give the student an LM from whale_dspy.LM(...) (its provider "
                 "serves and trains), or pass backend="
             )
+        show_progress()
         run_dir = Path(self.run_dir or default_run_dir(student))
         progress_log.info("run folder %s%s", run_dir, "" if self.run_dir else " (run_dir= chooses another)")
         model = ours.base if ours else (backend.base_model or backend.served_model())
@@ -113,7 +115,6 @@ class AutoRequest:
         settings = replace(auto_settings(self.auto, model=model), run_tag=tag)
         trainer, base = (ours.trainer, ours.base) if ours else (None, None)
         progress = ProgressLines(settings.budget, settings.budget_unit)
-        show_progress()
         return optimizer_kwargs(
             settings, run_dir, backend, metric, trainer=trainer, base=base,
             on_event=progress if self.on_event is None else _both(progress, self.on_event),

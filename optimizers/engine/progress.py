@@ -1,60 +1,18 @@
 """What a Python user of the short form sees: a line per weight step, harness decision and checkpoint,
 and a closing summary that says whether the program got better.
 
-The CLI owns its terminal (whale_cli.run draws a bar); a Python user who never configured logging
-saw nothing for minutes. `ProgressLines` turns the run's events into plain lines on the
-`optimizers.progress` logger, which `show_progress` makes visible on stderr unless the user has
-given it handlers of their own; the lines read the same in a terminal and in a log file.
+The CLI owns its terminal (whale_cli.run draws a bar); the short form's lines go to
+whale_dspy.progress, which the short form makes visible.
 """
 
 from __future__ import annotations
 
-import logging
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from whale_dspy.progress import TRUNCATIONS, log
 from whale_dspy.stats import paired_gain
-
-log = logging.getLogger("optimizers.progress")
-
-
-TRUNCATED = "LM response was truncated"
-"""What DSPy warns on every LM call cut at max_tokens (dspy.clients.lm), dozens of lines a run."""
-
-
-class TruncationCount(logging.Filter):
-    """Holds back DSPy's per-call truncation warning and counts it, for one line in the summary."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.count = 0
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.getMessage().startswith(TRUNCATED):
-            self.count += 1
-            return False
-        return True
-
-
-TRUNCATIONS = TruncationCount()
-
-
-def show_progress() -> None:
-    """Make the progress lines visible on stderr, once, unless the user routed them already; DSPy's
-    truncation warnings are counted instead of printed (the summary says how many)."""
-    truncation_logger = logging.getLogger("dspy.clients.lm")
-    if TRUNCATIONS not in truncation_logger.filters:
-        truncation_logger.addFilter(TRUNCATIONS)
-    if log.level == logging.NOTSET:
-        log.setLevel(logging.INFO)
-    if log.handlers:
-        return
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("whale: %(message)s"))
-    log.addHandler(handler)
-    log.propagate = False
 
 
 class ProgressLines:
@@ -62,6 +20,8 @@ class ProgressLines:
 
     def __init__(self, budget: int, unit: str):
         self.budget, self.unit = budget, unit
+        self.rollouts = 0
+        """Rollouts spent so far (events carry each unit's own)."""
 
     def __call__(self, event: dict[str, Any]) -> None:
         line = self.line(event)
@@ -69,7 +29,12 @@ class ProgressLines:
             log.info(line)
 
     def line(self, event: dict[str, Any]) -> str | None:
-        kind, spent = event["kind"], f"{event.get('rollouts', 0)}/{self.budget} {self.unit}"
+        kind = event["kind"]
+        if kind in ("run_started", "run_resumed"):
+            self.rollouts = event.get("rollouts", 0)
+        elif kind in ("weight_step", "harness_iteration"):
+            self.rollouts += event["signal"]["rollouts"]
+        spent = f"{self.rollouts} rollouts spent" + (f" of {self.budget}" if self.unit == "rollouts" else "")
         if kind in ("run_started", "run_resumed"):
             return f"{kind.replace('_', ' ')} at {spent}"
         if kind == "phase_started":
@@ -165,4 +130,4 @@ def run_summary(
     )
 
 
-__all__ = ["ProgressLines", "RunSummary", "run_summary", "show_progress"]
+__all__ = ["ProgressLines", "RunSummary", "run_summary"]

@@ -40,7 +40,6 @@ from optimizers.engine.compile_sets import RunSets, fingerprint, run_sets
 from optimizers.engine.config import RunSettings
 from optimizers.engine.methods import HARNESS, WEIGHT, Method, get_method
 from optimizers.engine.phases import HarnessPhase, PhaseDriver, WeightPhase, harness_driver, weight_driver
-from optimizers.engine.progress import log as progress_log
 from optimizers.engine.report import report_from_state
 from optimizers.engine.schedules import Schedule, as_recorded_schedule
 from optimizers.engine.shared_evals import SharedEvaluations
@@ -48,6 +47,7 @@ from whale_dspy.defaults import DEFAULT_EVAL_K, DEFAULT_TEMPERATURE, DEFAULT_THR
 from whale_dspy.errors import ConfigError
 from whale_dspy.harness import HarnessProgram
 from whale_dspy.jsonl import repair_jsonl
+from whale_dspy.progress import log as progress_log
 from whale_dspy.protocols import CandidateEvaluator, InferenceBackend, WeightTrainer, ensure_served
 from whale_dspy.provenance import environment
 from whale_dspy.records import AdapterRef
@@ -231,8 +231,9 @@ class WhaleOptimizer(Teleprompter):
         if short:  # the short form: built now that the student names its backend
             self._setup(**self.auto.optimizer_kwargs(student, self.metric))
             self.auto = None
-            if track is None and testset is None:  # a user asks whether the program got better
+            if track is None and testset is None:  # a user asks whether the program got better:
                 track, track_name = valset if valset is not None else searchset, "val"
+                self.eval_every = max(self.eval_every, self.budget.amount)  # at the start and the end
         sets = run_sets(
             trainset, valset, track, track_name, searchset=searchset, testset=testset,
             searches=HARNESS in self.method.needs,

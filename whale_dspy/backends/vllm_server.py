@@ -30,6 +30,7 @@ from whale_dspy.backends.process import (
 )
 from whale_dspy.backends.remote import HEALTH_TIMEOUT_S, HEALTH_TRIES, RemoteServer
 from whale_dspy.errors import BackendError, ConfigError
+from whale_dspy.progress import log as progress_log
 
 logger = logging.getLogger(__name__)
 
@@ -70,6 +71,9 @@ PORT_ATTEMPTS = 3
 """How many ports a server that picks its own tries: between the pick and the server's bind another
 process can take the port (tests running in parallel did, one run in about fifty)."""
 NOT_STARTED_URL = "http://unstarted"
+
+STARTUP_HEARTBEAT_S = 30.0
+"""How often a server that is still starting says so (a start takes one to three minutes on CPU)."""
 
 
 def runs_this_interpreter(python: str, command: Sequence[str] | None) -> bool:
@@ -290,13 +294,16 @@ class VLLMServer(RemoteServer):
 
     def _wait_healthy(self) -> None:
         assert self._process is not None
-        started = time.monotonic()
+        started = heard = time.monotonic()
         while time.monotonic() - started < self.startup_timeout_s:
+            if time.monotonic() - heard >= STARTUP_HEARTBEAT_S:  # a user's log hears from us
+                heard = time.monotonic()
+                progress_log.info("vLLM still starting (%.0f s so far)", heard - started)
             code = self._process.exit_code()
             if code is not None:
                 raise BackendError(f"vLLM exited with code {code} during startup{self.failure_context()}")
             if self.healthy(timeout_s=2.0, tries=1) and self._answers_itself():  # the loop asks again
-                logger.info("vLLM healthy at %s after %.0f s", self._url, time.monotonic() - started)
+                progress_log.info("vLLM healthy at %s after %.0f s", self._url, time.monotonic() - started)
                 return
             time.sleep(0.5)
         raise BackendError(

@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import json
-import logging
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import dspy
@@ -52,37 +54,50 @@ def test_the_short_form_compiles_a_users_program_with_its_lms_backend(short_run)
     assert config["cli"]["budget"] == 96 and config["sampling"] == {"temperature": 1.0, "max_tokens": 128}
 
 
-@pytest.fixture
-def progress_lines(caplog):
-    """The short form's progress lines (its logger does not propagate: it prints them itself)."""
-    logger = logging.getLogger("optimizers.progress")
-    logger.addHandler(caplog.handler)
-    yield caplog
-    logger.removeHandler(caplog.handler)
+USERS_SCRIPT = """
+import sys
+sys.path.insert(0, {tests!r})
+from test_student import exact, lookup, questions, scripted
+from user_programs import LookupQA
+from optimizers import WhaleOptimizer
+from whale_dspy.backends import WhaleProvider
+from whale_dspy.testing import FakeBackend, FakeTrainer
+
+provider = WhaleProvider(FakeBackend(scripted()), FakeTrainer(), base="base-model", adapters_dir="provider")
+program = LookupQA(lookup, notes=1)
+program.set_lm(provider.lm())
+best = WhaleOptimizer(metric=exact, auto="light").compile(program, trainset=questions(8), valset=questions(8))
+print(best.report.summary().text())
+"""
 
 
-def test_without_a_run_folder_the_short_form_keeps_one_under_the_working_directory(
-    tmp_path, monkeypatch, progress_lines
-):
-    """Not the system's temporary folder, where the adapter just trained would be cleaned away."""
-    monkeypatch.chdir(tmp_path)
-    program, _, _ = users_program(tmp_path)
-    best = WhaleOptimizer(metric=exact, auto="light").compile(program, trainset=questions(8))
-    folder = Path(best.report.to_dict()["run_dir"])
-    assert folder.parent == tmp_path / "whale_runs" and folder.name.startswith("LookupQA-")
-    assert f"run folder {folder}" in progress_lines.text
+def test_a_users_script_says_what_it_does_keeps_its_run_and_ends_with_the_verdict(tmp_path):
+    """The short form as a DSPy user runs it: a script, its output in a log, logging never set up.
+    It names its run folder (under the working directory), prints a line per weight step, harness
+    decision and checkpoint, and ends with the start and the end and their interval."""
+    tests = Path(__file__).resolve().parents[2]
+    (tmp_path / "users_run.py").write_text(USERS_SCRIPT.format(tests=str(tests)))
+    env = {**os.environ, "PYTHONPATH": str(tests.parent)}
+    done = subprocess.run(
+        [sys.executable, "users_run.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    said = done.stderr
+    runs = list((tmp_path / "whale_runs").glob("LookupQA-*"))
+    said_first = f"whale: run folder {runs[0]} (run_dir= chooses another)"
+    assert len(runs) == 1 and said_first in said and said.index(said_first) < said.index("run started")
+    assert "weight step 0: kept" in said and "harness decision 1:" in said and "test mean@8" in said
+    assert "at the start ->" in said and "95% interval over 8 tasks" in said  # the summary, logged
+    assert "at the start ->" in done.stdout  # and printed from the report
+    assert sum("warning" in line.lower() for line in said.splitlines()) <= 5
 
 
-def test_the_short_form_says_what_it_does_and_whether_the_program_got_better(tmp_path, progress_lines):
-    """A line per weight step, harness decision and checkpoint; a decision raced on tasks the
-    proposer never saw (8 search tasks: 2 shown, 6 deciding); a closing summary from the start to
-    the end on the valset, with its interval."""
+def test_auto_light_races_a_decision_on_tasks_the_proposer_never_saw(tmp_path):
+    """8 search tasks: 2 shown to the proposer, 6 deciding; the summary reads the valset."""
     program, _, _ = users_program(tmp_path)
     best = WhaleOptimizer(metric=exact, auto="light", run_dir=tmp_path / "run").compile(
         program, trainset=questions(8), valset=questions(8)
     )
-    text = progress_lines.text
-    assert "weight step 0: kept" in text and "harness decision 1:" in text and "test mean@" in text
     slices = json.loads((tmp_path / "run" / "harness" / "phase-001-selection" / "slices.json").read_text())
     decision = next(e["signal"]["decision"] for e in RunDir(tmp_path / "run").events("harness_iteration")
                     if e["signal"]["decision"])  # fmt: skip
@@ -90,7 +105,6 @@ def test_the_short_form_says_what_it_does_and_whether_the_program_got_better(tmp
     assert not set(slices["selection"]) & set(slices["feedback"])
     summary = best.report.summary()
     assert summary.start is not None and summary.gain is not None and summary.decisions >= 1
-    assert "at the start ->" in text and "95% interval over 8 tasks" in text
 
 
 def test_ten_examples_compile_the_dspy_way_with_the_default_settings(tmp_path):
