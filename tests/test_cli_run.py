@@ -284,9 +284,10 @@ def test_wiring_builds_the_real_phases_with_their_rollout_bounds(tmp_path, metho
     k, smoke = meta.config.rollouts_per_task, meta.config.smoke_tasks
     assert (meta.config.tasks, meta.config.selection_tasks) == (8, 4)
     assert optimizer.harness_phase.rollouts_per_iteration(data.searchset, 0) == smoke + 8 * k
-    # each candidate's smoke, feedback and selection rollouts, and the incumbent's in the race
+    # each candidate's smoke and feedback rollouts, and the racers' and the incumbent's in the race
+    racers = min(meta.config.racers, meta.config.candidates)
     assert optimizer.harness_phase.rollouts_per_iteration(data.searchset, 1) == (
-        (smoke + 12 * k) * meta.config.candidates + 4 * k
+        (smoke + 8 * k) * meta.config.candidates + 4 * k * (racers + 1)
     )
     assert meta.config.prompt_only is (method == "fst")
     assert rft.config.run_tag == f"{method}-0"  # runs sharing one server never reuse adapter names

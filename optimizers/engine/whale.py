@@ -331,7 +331,7 @@ class WhaleOptimizer(Teleprompter):
         if kind is None:
             recorder.record(RUN_FINISHED, reason="method complete")
             return program
-        if state.phases and state.phases[-1]["units"] == 0 and state.phases[-1]["reason"] == "budget":
+        if _starved(state.phases, len(self.method.sequence)):
             # read from the state, so a run killed right after that phase ended finishes the same way
             recorder.record(RUN_FINISHED, reason="budget spent")
             return program
@@ -466,6 +466,14 @@ class WhaleOptimizer(Teleprompter):
 
     def _next_eval(self, spent: int) -> int:
         return (spent // self.eval_every + 1) * self.eval_every
+
+
+def _starved(phases: Sequence[dict[str, Any]], kinds: int) -> bool:
+    """Whether the budget fits no phase of the method any more: the last phase of each kind ended
+    for the budget without a unit. A harness phase that cannot afford a decision leaves what is left
+    to the next weight phase, which may still fit steps."""
+    last = phases[-kinds:]
+    return len(last) == kinds and all(p["units"] == 0 and p["reason"] == "budget" for p in last)
 
 
 def _first_tokens(sampling: dict[str, Any]) -> dict[str, int]:

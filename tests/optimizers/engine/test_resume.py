@@ -77,7 +77,15 @@ def crash_points(report):
 
 def test_the_reference_run_has_units_in_every_phase(reference):
     report, _ = reference
-    assert units_of(report) == [("weight", 3), ("harness", 3), ("weight", 3), ("harness", 2), ("weight", 0)]
+    # the last harness phase cannot afford a decision: a weight phase may still fit steps, then neither
+    assert units_of(report) == [
+        ("weight", 3),
+        ("harness", 3),
+        ("weight", 3),
+        ("harness", 2),
+        ("weight", 0),
+        ("harness", 0),
+    ]
 
 
 def test_resume_after_a_crash_at_every_unit_matches_an_uninterrupted_run(reference, tmp_path):

@@ -47,9 +47,16 @@ def test_whale_alternates_under_a_fixed_schedule(tmp_path):
     # 6 (iteration 0) + 12 + 12 rollouts; a harness phase starts only with room for 6 + 12
     _, report, weight, harness = run_method(tmp_path, "whale", schedule=Fixed(0.6, 2), budget=100)
     cycle = [("weight", 3, "schedule"), ("harness", 3, "schedule")]
-    assert sequence(report) == cycle * 2 + [("weight", 3, "schedule"), ("harness", 0, "budget")]
-    assert report.finished == "budget spent"
-    assert weight.started == list(range(9))  # one global step counter across weight phases
+    # the last harness phase cannot afford a decision: the 4 rollouts left buy one more weight step
+    spent = [
+        ("harness", 0, "budget"),
+        ("weight", 1, "budget"),
+        ("harness", 0, "budget"),
+        ("weight", 0, "budget"),
+    ]
+    assert sequence(report) == cycle * 2 + [("weight", 3, "schedule"), *spent]
+    assert report.finished == "budget spent" and report.spend.rollouts == 100
+    assert weight.started == list(range(10))  # one global step counter across weight phases
     # each harness phase starts from the incoming harness: the one the previous harness phase ended on
     assert [name for name, _ in harness.calls] == ["phase-001", "phase-003"]
     assert harness.calls[0][1] != harness.calls[1][1]
