@@ -25,14 +25,17 @@ from typing import Any
 from race_synthetic import RULES, Rule
 
 from optimizers.harness.acceptance import Acceptance
+from optimizers.harness.config import MetaHarnessConfig
 from optimizers.harness.racing import race
-from optimizers.harness.sizing import expected_spread
+from optimizers.harness.sizing import Spread
 from whale_dspy.jsonl import read_jsonl
 from whale_dspy.stats import paired_gain
 
 BENCH_RULE_FOLDERS = {"argmax8", "argmax-large", "paired"}
 """bench/selection.py's own rule folders: races under them share seeds and proposals."""
 
+
+SPREAD_PRIOR = MetaHarnessConfig.spread_prior
 
 REPLAY_RULES: dict[str, Rule] = {**RULES, "argmax": Rule("argmax", Acceptance("argmax"), 0)}
 """The simulated rules, and argmax on the whole selection slice (bench/selection.py's argmax-large)."""
@@ -52,8 +55,6 @@ class RecordedRace:
     tasks: list[str]
     digests: dict[str, str]
     feedback_means: dict[str, float]
-    incumbent_feedback: list[float]
-    run_folder: Path
     held_out: Path
     scores: dict[str, dict[str, float]] = field(default_factory=dict)
 
@@ -112,8 +113,6 @@ def _read_race(root: Path, race_dir: Path) -> RecordedRace | None:
         tasks=json.loads((selection / "slices.json").read_text())["selection"],
         digests={n: m["digest"] for n, m in metas.items()},
         feedback_means={n: m["scores"]["mean"] for n, m in metas.items()},
-        incumbent_feedback=list(metas[decision["incumbent"]]["scores"]["per_task"].values()),
-        run_folder=archive.parent,
         held_out=root / "held-out",
     )
 
@@ -130,7 +129,7 @@ def replay(recorded: RecordedRace, rule: Rule) -> dict[str, Any]:
     """The race re-decided under `rule`, judged on held-out reads where they exist."""
     ranked = sorted(recorded.candidates, key=recorded.feedback_means.__getitem__, reverse=True)
     racing = ranked if not rule.racers else ranked[: rule.racers]
-    spread = expected_spread(recorded.run_folder, recorded.incumbent_feedback, 0.33)
+    spread = Spread(SPREAD_PRIOR, "the prior")  # pooling would read this race's own and later records
     spent = [0]
 
     def score(name: str, task_ids: Sequence[str]) -> dict[str, float]:

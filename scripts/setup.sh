@@ -106,7 +106,8 @@ fi
 apt_install() {
   if [[ $EUID -eq 0 ]] && command -v apt-get >/dev/null; then
     apt-get install -y -qq "$1" >/dev/null 2>&1 ||
-      { apt-get update -qq && apt-get install -y -qq "$1" >/dev/null; }
+      { apt-get update -qq && apt-get install -y -qq "$1" >/dev/null; } ||
+      echo "setup.sh: apt-get could not install $1; $2" >&2
   else
     echo "setup.sh: $1 is missing; $2" >&2
   fi

@@ -8,7 +8,6 @@ and RunSettings.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -80,7 +79,7 @@ def make_phases(
         config=meta_config,
         evaluator=sandboxed_evaluator(meta_config),  # candidate code runs in a contained child
     )
-    configs = {"rft": rft_config.to_dict(), "meta_harness": asdict(meta_config)}
+    configs = {"rft": rft_config.to_dict(), "meta_harness": meta_config.record()}
     return rft, meta, configs
 
 

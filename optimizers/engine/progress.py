@@ -76,11 +76,16 @@ class RunSummary:
     adopted: int
     run_dir: str
     adapter: str | None
+    split: str = "test"
+    """What the start and the end were scored on (the short form's default: the valset)."""
 
     def text(self) -> str:
         lines = []
         if self.start is not None and self.final is not None:
-            lines.append(f"test score: {self.start:.3f} at the start -> {self.final:.3f} at the end")
+            read = (
+                "the valset, which the harness search also decided on" if self.split == "val" else self.split
+            )
+            lines.append(f"score on {read}: {self.start:.3f} at the start -> {self.final:.3f} at the end")
         if self.gain is not None:
             g = self.gain
             verdict = (
@@ -127,6 +132,7 @@ def run_summary(
         adopted=sum(1 for d in decisions if d.get("adopted")),
         run_dir=run_dir,
         adapter=adapter,
+        split=next((e.get("split", "test") for e in events if e["kind"] == "evaluation"), "test"),
     )
 
 

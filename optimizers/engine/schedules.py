@@ -68,7 +68,7 @@ class Fixed:
         return len(_harness_units(iterations, self.counts)) >= self.iterations
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, **asdict(self)}
+        return _recorded(self)
 
     def spec(self) -> str:
         return f"fixed:{self.epochs:g},{self.iterations}"
@@ -172,7 +172,7 @@ class Patience:
         return iterations_since_improvement(iterations, self.min_delta) >= self.harness_patience
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, **asdict(self)}
+        return _recorded(self)
 
     def spec(self) -> str:
         return "patience:" + ",".join(
@@ -197,6 +197,13 @@ class Patience:
 
 
 Schedule = Fixed | Patience
+
+
+def _recorded(schedule: Fixed | Patience) -> dict[str, Any]:
+    """The schedule as a run folder records it; the older meaning is the absence of `counts`, so a
+    run recorded before issue 56 reopens with the record it wrote."""
+    data = {"kind": schedule.kind, **asdict(schedule)}
+    return data if schedule.counts == DECISIONS else {k: v for k, v in data.items() if k != "counts"}
 
 
 def _check_counts(counts: str) -> None:

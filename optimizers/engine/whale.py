@@ -469,11 +469,12 @@ class WhaleOptimizer(Teleprompter):
 
 
 def _starved(phases: Sequence[dict[str, Any]], kinds: int) -> bool:
-    """Whether the budget fits no phase of the method any more: the last phase of each kind ended
-    for the budget without a unit. A harness phase that cannot afford a decision leaves what is left
-    to the next weight phase, which may still fit steps."""
+    """Whether the run can spend nothing more: the last phase of each kind got no unit, and the
+    budget stopped at least one of them. A harness phase that cannot afford a decision (or cannot
+    decide at all) leaves what is left to the next weight phase, which may still fit steps."""
     last = phases[-kinds:]
-    return len(last) == kinds and all(p["units"] == 0 and p["reason"] == "budget" for p in last)
+    empty = len(last) == kinds and all(p["units"] == 0 for p in last)
+    return empty and any(p["reason"] == "budget" for p in last)
 
 
 def _first_tokens(sampling: dict[str, Any]) -> dict[str, int]:

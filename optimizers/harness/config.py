@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from optimizers.harness.acceptance import Acceptance
 from optimizers.harness.archive import CandidateMeta
@@ -81,6 +81,18 @@ class MetaHarnessConfig:
         """WHALE's and Meta-Harness's own decision: the best mean on the tasks the proposer sees
         (argmax, no selection slice); for reproducing the paper and comparing against it."""
         return cls(**{"selection_tasks": 0, "acceptance": "argmax", **fields})
+
+    LATER_FIELDS: ClassVar[tuple[str, ...]] = ("racers", "futility", "spread_prior")
+    """Fields added by issue 56: a run record leaves them out at their defaults, so a run recorded
+    before them reopens (its decisions then follow today's rule; its schedule keeps its count)."""
+
+    def record(self) -> dict[str, Any]:
+        """The config as a run folder records it."""
+        return {
+            key: value
+            for key, value in asdict(self).items()
+            if key not in self.LATER_FIELDS or value != getattr(MetaHarnessConfig, key)
+        }
 
     def decision_rule(self) -> Acceptance:
         return Acceptance(self.acceptance, self.confidence, self.margin, self.futility)

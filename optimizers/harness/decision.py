@@ -29,7 +29,7 @@ from optimizers.harness.selection import (
     chunk_record,
     selection_folder,
 )
-from optimizers.harness.sizing import Spread, expected_spread
+from optimizers.harness.sizing import expected_spread
 from optimizers.harness.validation import CandidateRejected
 from optimizers.signals import HarnessIteration
 from whale_dspy.jsonl import append_jsonl, read_jsonl
@@ -70,7 +70,7 @@ def decide(
         task_ids = [task_id_of(t) for t in slices.feedback]
         score = functools.partial(_recorded_scores, archive)
     rule = config.decision_rule()
-    spread = race_spread(archive, incumbent, config)
+    spread = expected_spread(archive.path, config.spread_prior)
     if scorer is not None:
         score = functools.partial(_incumbent_must_answer, scorer, incumbent)
     sized = {"start": config.race_start, "spread": spread.value}
@@ -100,12 +100,6 @@ def screen(
     screened = {m.name: f"screened out: feedback mean {m.scores.mean:.3f} <= {cut:.3f}" for m in out}
     order = {m.name: i for i, m in enumerate(valid)}
     return sorted((m.name for m in racing), key=order.__getitem__), screened
-
-
-def race_spread(archive: HarnessArchive, incumbent: str, config: MetaHarnessConfig) -> Spread:
-    """The spread this run's next race expects (optimizers.harness.sizing)."""
-    scores = list(archive.get(incumbent).scores.per_task.values()) if incumbent in archive else []
-    return expected_spread(archive.path.parent, scores, config.spread_prior)
 
 
 def decision_record(decision: Decision, cost: ChunkCost | None) -> dict[str, Any]:
@@ -175,7 +169,6 @@ __all__ = [
     "Measure",
     "decide",
     "decision_record",
-    "race_spread",
     "record_iteration",
     "recorded_iterations",
     "screen",

@@ -50,12 +50,12 @@ from optimizers.harness.config import MetaHarnessConfig, MetaHarnessReport, stop
 from optimizers.harness.decision import (
     decide,
     decision_record,
-    race_spread,
     record_iteration,
     recorded_iterations,
 )
 from optimizers.harness.racing import Decision, size_race
 from optimizers.harness.selection import Slices, selection_folder, slice_sizes, split_search_tasks
+from optimizers.harness.sizing import expected_spread
 from optimizers.harness.task_card import task_card
 from optimizers.harness.validation import (
     CandidateRejected,
@@ -266,7 +266,7 @@ class MetaHarness(Teleprompter):
         config, rule = self.config, self.config.decision_rule()
         deciding = slices.selection if config.selection_tasks else slices.feedback
         racers = config.racing(config.candidates, selection=bool(config.selection_tasks))
-        spread = race_spread(archive, incumbent, config)
+        spread = expected_spread(archive.path, config.spread_prior)
         size = size_race(
             rule, len(deciding), racers, start=config.race_start, spread=spread.value, source=spread.source
         )

@@ -280,3 +280,15 @@ def test_a_finished_run_compiled_again_returns_its_report_and_records_nothing(tm
     again = scripted_run(tmp_path / "run", console=Console(quiet=True))
     assert (tmp_path / "run" / "events.jsonl").read_bytes() == before
     assert again == first
+
+
+def test_a_run_recorded_before_decisions_were_counted_reopens_with_its_old_count(tmp_path):
+    """Issue 56: a schedule record without `counts` (I counted the incoming evaluation) reopens
+    with the record it wrote, instead of being refused for the new field."""
+    first, _, _ = run(tmp_path / "run")
+    config = RunDir(tmp_path / "run").config()
+    config["schedule"].pop("counts")
+    (tmp_path / "run" / "config.json").write_text(json.dumps(config))
+    again, _, weight = run(tmp_path / "run")
+    assert weight.started == [] and RunDir(tmp_path / "run").config() == config
+    assert again.report.schedule == first.report.schedule

@@ -19,7 +19,7 @@ from test_harness_decisions import (
 )
 
 from optimizers.harness.selection import slice_sizes
-from optimizers.harness.sizing import MIN_DEGREES, expected_spread
+from optimizers.harness.sizing import MIN_DEGREES, Spread, expected_spread
 from optimizers.harness.spending import obf_boundaries
 from whale_dspy.jsonl import append_jsonl
 
@@ -76,13 +76,16 @@ def test_ten_examples_are_split_and_decided_on_tasks_the_proposer_never_saw(tmp_
     assert signal.decision["adopted"] == "c0001" and program.source.code == SOLVES
 
 
-def test_the_expected_spread_comes_from_earlier_races_else_the_incumbent_else_the_prior(tmp_path):
-    assert expected_spread(tmp_path, [], 0.33).source == "the prior"
-    bound = expected_spread(tmp_path, [0.0, 0.0, 0.0, 1.0], 0.33)  # sd 0.5: sqrt(2) x 0.5 > the prior
-    assert (bound.value, bound.source) == (0.33, "the prior")
-    low = expected_spread(tmp_path, [0.0] * 9 + [0.2], 0.33)
-    assert low.value == pytest.approx(2**0.5 * 0.0632, abs=1e-3) and "incumbent" in low.source
+def test_the_expected_spread_comes_from_this_runs_earlier_races_else_the_prior(tmp_path):
+    archive = tmp_path / "harness" / "phase-002"
+    assert expected_spread(archive, 0.33) == Spread(0.33, "the prior")
     race = {"rounds": [{"spreads": {"c1": 0.2}, "bounds": {"c1": {"tasks": MIN_DEGREES + 1}}}]}
-    append_jsonl(tmp_path / "phase-000-selection" / "decisions.jsonl", {"iteration": 1, "decision": race})
-    pooled = expected_spread(tmp_path, [0.0, 1.0], 0.33)
+    append_jsonl(
+        tmp_path / "harness" / "phase-000-selection" / "decisions.jsonl", {"iteration": 1, "decision": race}
+    )
+    append_jsonl(
+        tmp_path / "other" / "phase-000-selection" / "decisions.jsonl", {"iteration": 1, "decision": race}
+    )
+    pooled = expected_spread(archive, 0.33)
     assert pooled.value == pytest.approx(0.2) and pooled.source == "1 earlier race of this run"
+    assert expected_spread(tmp_path / "harness" / "search", 0.33).source == "the prior"  # a run of its own
