@@ -10,8 +10,12 @@ DSPy's per-call truncation warning is counted here instead of printed (the summa
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
 
 log = logging.getLogger("whale_dspy.progress")
 
@@ -35,6 +39,44 @@ class TruncationCount(logging.Filter):
 
 TRUNCATIONS = TruncationCount()
 
+HEARTBEAT_S = 60.0
+"""The longest a run the short form drives stays silent: a start's evaluation or a raced decision
+takes minutes on CPU, and a user watching a log cannot tell a slow run from a stuck one."""
+
+
+class LastLine(logging.Filter):
+    """When the progress logger last emitted a line."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.at = time.monotonic()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        self.at = time.monotonic()
+        return True
+
+
+@contextlib.contextmanager
+def heartbeat(doing: Callable[[], str], every: float = HEARTBEAT_S) -> Iterator[None]:
+    """While the block runs, log "still <doing()>" whenever no progress line came for `every` seconds."""
+    last, stop = LastLine(), threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(max(0.0, every - (time.monotonic() - last.at))):
+            quiet = time.monotonic() - last.at
+            if quiet >= every:
+                log.info("still %s (%.0f s since the last line)", doing(), quiet)
+
+    log.addFilter(last)
+    thread = threading.Thread(target=beat, name="whale-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+        log.removeFilter(last)
+
 
 def show_progress() -> None:
     """Make the progress lines visible on stderr, once, unless the user routed them already."""
@@ -51,4 +93,4 @@ def show_progress() -> None:
     log.propagate = False
 
 
-__all__ = ["TRUNCATIONS", "log", "show_progress"]
+__all__ = ["HEARTBEAT_S", "TRUNCATIONS", "heartbeat", "log", "show_progress"]

@@ -92,9 +92,12 @@ class AutoRequest:
     run_dir: str | Path | None
     on_event: Callable[[dict[str, Any]], None] | None
 
-    def optimizer_kwargs(self, student: dspy.Module, metric: Callable) -> dict[str, Any]:
+    def optimizer_kwargs(
+        self, student: dspy.Module, metric: Callable
+    ) -> tuple[dict[str, Any], ProgressLines]:
         """The explicit form's arguments: the backend (and trainer) from the student's LM's
-        WhaleProvider unless given, a temporary run folder unless given."""
+        WhaleProvider unless given, a run folder under the working directory unless given; and the
+        progress lines the run reports to (the caller keeps them, for the heartbeat)."""
         from optimizers.engine.assembly import optimizer_kwargs
         from whale_dspy.backends.dspy_provider import WhaleProvider
 
@@ -115,10 +118,11 @@ class AutoRequest:
         settings = replace(auto_settings(self.auto, model=model), run_tag=tag)
         trainer, base = (ours.trainer, ours.base) if ours else (None, None)
         progress = ProgressLines(settings.budget, settings.budget_unit)
-        return optimizer_kwargs(
+        kwargs = optimizer_kwargs(
             settings, run_dir, backend, metric, trainer=trainer, base=base,
             on_event=progress if self.on_event is None else _both(progress, self.on_event),
         )  # fmt: skip
+        return kwargs, progress
 
 
 def default_run_dir(student: dspy.Module) -> Path:

@@ -22,11 +22,25 @@ class ProgressLines:
         self.budget, self.unit = budget, unit
         self.rollouts = 0
         """Rollouts spent so far (events carry each unit's own)."""
+        self.phase: str | None = None
+        """The open phase ("weight phase (cycle 1)"), None before the first and after the last."""
+        self.units = 0
+        """Units (weight steps, harness iterations) the open phase has made."""
 
     def __call__(self, event: dict[str, Any]) -> None:
         line = self.line(event)
         if line:
             log.info(line)
+
+    def doing(self) -> str:
+        """What the run is busy with between two events, for the heartbeat's "still ..." line."""
+        if self.phase is None:
+            return "scoring the program on the tracked tasks"
+        if self.phase.startswith("weight"):
+            return f"in weight step {self.units + 1} of the {self.phase}: sampling rollouts and training"
+        if self.units == 0:
+            return f"in the {self.phase}: scoring its incoming harness"
+        return f"in harness decision {self.units} of the {self.phase}: proposing and racing candidates"
 
     def line(self, event: dict[str, Any]) -> str | None:
         kind = event["kind"]
@@ -34,11 +48,19 @@ class ProgressLines:
             self.rollouts = event.get("rollouts", 0)
         elif kind in ("weight_step", "harness_iteration"):
             self.rollouts += event["signal"]["rollouts"]
+            self.units += 1
         spent = f"{self.rollouts} rollouts spent" + (f" of {self.budget}" if self.unit == "rollouts" else "")
         if kind in ("run_started", "run_resumed"):
             return f"{kind.replace('_', ' ')} at {spent}"
         if kind == "phase_started":
-            return f"{event['phase']} phase (cycle {event['cycle']}) at {spent}"
+            self.phase, self.units = f"{event['phase']} phase (cycle {event['cycle']})", 0
+            return f"{self.phase} at {spent}"
+        if kind == "phase_ended":
+            phase, self.phase = self.phase, None
+            if self.units:
+                return None
+            why = WHY_EMPTY.get(event["reason"], event["reason"])
+            return f"{phase} ended without a {UNIT[event['phase']]}: {why}; {spent}"
         if kind == "weight_step":
             step = event["signal"]
             return (
@@ -53,6 +75,20 @@ class ProgressLines:
                 f"[{event['ci_low']:.3f}, {event['ci_high']:.3f}] on {event['tasks']} tasks"
             )
         return None
+
+
+UNIT = {"weight": "step", "harness": "decision"}
+WHY_EMPTY = {
+    "budget": "what is left of the budget does not fit one",
+    "stage share": "what is left of this phase's share of the budget does not fit one",
+    "no candidates": "the proposer has nothing new to offer",
+    "exhausted": "it has nothing to decide",
+}
+"""Why a phase can end before its first unit, as a user reads it (the run's records keep the key)."""
+
+
+def plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" + ("" if count == 1 else "s")
 
 
 def _harness_line(signal: dict[str, Any], spent: str) -> str:
@@ -102,7 +138,8 @@ class RunSummary:
         elif self.start is None:
             lines.append("no test score: pass track= or valset= to measure the start and the end")
         lines.append(
-            f"{self.weight_steps} weight steps; {self.decisions} harness decisions, {self.adopted} adopted"
+            f"{plural(self.weight_steps, 'weight step')}; "
+            f"{plural(self.decisions, 'harness decision')}, {self.adopted} adopted"
         )
         lines.append(f"run folder {self.run_dir}; adapter {self.adapter or 'none (base weights)'}")
         if TRUNCATIONS.count:

@@ -47,6 +47,7 @@ from whale_dspy.defaults import DEFAULT_EVAL_K, DEFAULT_TEMPERATURE, DEFAULT_THR
 from whale_dspy.errors import ConfigError
 from whale_dspy.harness import HarnessProgram
 from whale_dspy.jsonl import repair_jsonl
+from whale_dspy.progress import heartbeat
 from whale_dspy.progress import log as progress_log
 from whale_dspy.protocols import CandidateEvaluator, InferenceBackend, WeightTrainer, ensure_served
 from whale_dspy.provenance import environment
@@ -227,10 +228,11 @@ class WhaleOptimizer(Teleprompter):
         `resume`: continue the run recorded in `run_dir`. `searchset`/`testset`: deprecated
         spellings of `valset`/`track` (see optimizers.engine.compile_sets).
         """
-        short = self.auto is not None
+        short, watch = self.auto is not None, contextlib.nullcontext()
         if short:  # the short form: built now that the student names its backend
-            self._setup(**self.auto.optimizer_kwargs(student, self.metric))
-            self.auto = None
+            kwargs, progress = self.auto.optimizer_kwargs(student, self.metric)
+            self._setup(**kwargs)
+            self.auto, watch = None, heartbeat(progress.doing)
             if track is None and testset is None:  # a user asks whether the program got better:
                 track, track_name = valset if valset is not None else searchset, "val"
                 self.eval_every = max(self.eval_every, self.budget.amount)  # at the start and the end
@@ -242,7 +244,7 @@ class WhaleOptimizer(Teleprompter):
         student = as_harness(student, examples=[*data.trainset, *data.searchset])
         if resume and not (self.run_dir / CONFIG_FILE).exists():  # before the lock makes the folder
             raise ConfigError(f"nothing to resume: {self.run_dir} holds no run (no config.json)")
-        with sole_writer(self.run_dir), contextlib.ExitStack() as scope:
+        with sole_writer(self.run_dir), watch, contextlib.ExitStack() as scope:
             recorder = self._open(student, data)
             if self.weight_phase is not None:  # harness-only methods have none
                 scope.enter_context(self.weight_phase.writing_into(recorder.run))
