@@ -1,4 +1,4 @@
-"""What the WHALE engine needs from a phase, and how it drives each kind one unit at a time.
+"""What the WHALE engine needs from a phase, and the two drivers it drives them through, one unit at a time.
 
 A weight phase yields one RFT step per item and a harness phase one Meta-Harness
 iteration per item; both declare the worst-case rollouts of their next unit so
@@ -9,16 +9,17 @@ engine skips those it has already counted.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Protocol
 
 import dspy
 
-from optimizers.engine.checkpoint import HARNESS_ITERATION, WEIGHT_STEP, RunState
-from optimizers.engine.methods import Method
+from optimizers.engine.checkpoint import HARNESS_ITERATION, WEIGHT_STEP, RunState, load_harness, store_harness
+from optimizers.engine.methods import HARNESS, WEIGHT, Method
 from optimizers.engine.schedules import Schedule
 from optimizers.signals import HarnessIteration, WeightStep, search_stalled
 from whale_dspy.harness import HarnessProgram
@@ -52,69 +53,119 @@ class HarnessPhase(Protocol):
     ) -> Iterator[tuple[HarnessIteration, HarnessProgram]]: ...
 
 
-@dataclass(frozen=True)
-class PhaseDriver:
-    """One phase kind as the engine sees it: its stream, the next unit's cost, the schedule's
-    decision, the event it records, and which units the state has already counted."""
+class PhaseDriver(Protocol):
+    """One phase kind as the engine drives it: its units, the next unit's worst case, the
+    schedule's decision, and which units a resumed phase has already counted."""
 
+    kind: str
     event: str
-    stream: Callable[[HarnessProgram, RunState], Iterator[tuple[Any, HarnessProgram]]]
-    stalled: Callable[[RunState], bool]
-    """The phase's units have stopped producing anything (a harness search without candidates)."""
-    cost: Callable[[RunState], int]
-    admit: Callable[[RunState], int]
-    """The rollouts the budget must still hold for the next unit to start: its own worst case,
-    and for a harness phase's iteration 0 (the incoming harness's scoring, part of the first
-    decision) the first decision's too, so a phase never re-scores what it cannot decide on."""
-    done: Callable[[RunState], bool]
-    index: Callable[[Any], int]
-    counted: Callable[[RunState], int]
+    """The event each unit is recorded as."""
+
+    def units(self, program: HarnessProgram, state: RunState) -> Iterator[tuple[Any, HarnessProgram]]: ...
+
+    def stalled(self, state: RunState) -> bool:
+        """The phase's units have stopped producing anything (a harness search without candidates)."""
+        ...
+
+    def unit_cost(self, state: RunState) -> int:
+        """The next unit's worst-case rollouts, which the unit declares when recorded."""
+        ...
+
+    def admission(self, state: RunState) -> int:
+        """The rollouts the budget must still hold for the next unit to start."""
+        ...
+
+    def done(self, state: RunState) -> bool: ...
+
+    def counted(self, signal: Any, state: RunState) -> bool:
+        """Whether a unit the stream yields was replayed from the phase's own record on resume."""
+        ...
+
+    def recorded_with(self, run: RunDir, program: HarnessProgram) -> dict[str, Any]:
+        """Fields the unit's event carries besides its signal."""
+        ...
 
 
-def weight_driver(
-    phase: WeightPhase, trainset: Sequence[dspy.Example], schedule: Schedule, method: Method
-) -> PhaseDriver:
-    """Steps are numbered across all weight phases, so each phase continues the epoch walk."""
-    steps_per_epoch = phase.epoch(trainset).steps_per_epoch
-    return PhaseDriver(
-        event=WEIGHT_STEP,
-        stalled=lambda state: False,  # every step spends its rollouts
-        stream=lambda program, state: phase.steps(
-            program, trainset, start_step=state.spend.weight_steps, parent=state.adapter_ref
-        ),
-        cost=lambda state: phase.rollouts_per_step(trainset),
-        admit=lambda state: phase.rollouts_per_step(trainset),
-        done=lambda state: schedule.weight_done(
-            state.weight_units(), cycle=method.cycle_of(state.position), steps_per_epoch=steps_per_epoch
-        ),
-        index=lambda signal: signal.step,
-        counted=lambda state: state.spend.weight_steps,
-    )
+@dataclass(frozen=True)
+class WeightDriver:
+    """RFT steps, numbered across all weight phases so each phase continues the epoch walk."""
+
+    phase: WeightPhase
+    trainset: Sequence[dspy.Example]
+    schedule: Schedule
+    method: Method
+    kind: str = WEIGHT
+    event: str = WEIGHT_STEP
+
+    def units(self, program: HarnessProgram, state: RunState) -> Iterator[tuple[WeightStep, HarnessProgram]]:
+        return self.phase.steps(
+            program, self.trainset, start_step=state.spend.weight_steps, parent=state.adapter_ref
+        )
+
+    def stalled(self, state: RunState) -> bool:
+        return False  # every step spends its rollouts
+
+    def unit_cost(self, state: RunState) -> int:
+        return self.phase.rollouts_per_step(self.trainset)
+
+    def admission(self, state: RunState) -> int:
+        return self.unit_cost(state)
+
+    @cached_property
+    def steps_per_epoch(self) -> int:
+        return self.phase.epoch(self.trainset).steps_per_epoch
+
+    def done(self, state: RunState) -> bool:
+        cycle = self.method.cycle_of(state.position)
+        return self.schedule.weight_done(
+            state.weight_units(), cycle=cycle, steps_per_epoch=self.steps_per_epoch
+        )
+
+    def counted(self, signal: WeightStep, state: RunState) -> bool:
+        return signal.step < state.spend.weight_steps
+
+    def recorded_with(self, run: RunDir, program: HarnessProgram) -> dict[str, Any]:
+        return {}
 
 
-def harness_driver(
-    phase: HarnessPhase,
-    searchset: Sequence[dspy.Example],
-    schedule: Schedule,
-    *,
-    incoming: Callable[[HarnessProgram, RunState], HarnessProgram],
-    archive_dir: Callable[[RunState], Path],
-) -> PhaseDriver:
-    """Each harness phase searches from its incoming harness in its own archive."""
-    return PhaseDriver(
-        event=HARNESS_ITERATION,
-        stream=lambda program, state: phase.iterations(
-            incoming(program, state), searchset, archive_dir=archive_dir(state)
-        ),
-        stalled=lambda state: search_stalled(state.harness_units()),
-        cost=lambda state: phase.rollouts_per_iteration(searchset, len(state.phase_units)),
-        admit=lambda state: _harness_admission(phase, searchset, len(state.phase_units)),
-        done=lambda state: schedule.harness_done(state.harness_units()),
-        index=lambda signal: signal.iteration,
-        counted=lambda state: len(state.phase_units),
-    )
+@dataclass(frozen=True)
+class HarnessDriver:
+    """Meta-Harness iterations: each harness phase searches from its incoming harness (the one
+    recorded when the phase opened) in its own archive under the run folder."""
 
+    phase: HarnessPhase
+    searchset: Sequence[dspy.Example]
+    schedule: Schedule
+    run: RunDir
+    kind: str = HARNESS
+    event: str = HARNESS_ITERATION
 
-def _harness_admission(phase: HarnessPhase, searchset: Sequence[dspy.Example], counted: int) -> int:
-    first_decision = phase.rollouts_per_iteration(searchset, 1) if counted == 0 else 0
-    return phase.rollouts_per_iteration(searchset, counted) + first_decision
+    def units(
+        self, program: HarnessProgram, state: RunState
+    ) -> Iterator[tuple[HarnessIteration, HarnessProgram]]:
+        incoming = program.with_source(load_harness(self.run, state.incoming))
+        archive = self.run.path / "harness" / f"phase-{state.position:03d}"
+        return self.phase.iterations(incoming, self.searchset, archive_dir=archive)
+
+    def stalled(self, state: RunState) -> bool:
+        return search_stalled(state.harness_units())
+
+    def unit_cost(self, state: RunState) -> int:
+        return self.phase.rollouts_per_iteration(self.searchset, len(state.phase_units))
+
+    def admission(self, state: RunState) -> int:
+        """The next iteration's worst case; iteration 0 (the incoming harness's scoring, part of the
+        first decision) also needs the first decision's, so a phase never re-scores what it cannot
+        decide on."""
+        counted = len(state.phase_units)
+        first_decision = self.phase.rollouts_per_iteration(self.searchset, 1) if counted == 0 else 0
+        return self.unit_cost(state) + first_decision
+
+    def done(self, state: RunState) -> bool:
+        return self.schedule.harness_done(state.harness_units())
+
+    def counted(self, signal: HarnessIteration, state: RunState) -> bool:
+        return signal.iteration < len(state.phase_units)
+
+    def recorded_with(self, run: RunDir, program: HarnessProgram) -> dict[str, Any]:
+        return {"harness": store_harness(run, program.source)}

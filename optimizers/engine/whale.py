@@ -34,12 +34,11 @@ from optimizers.engine.checkpoint import (
     initial_state,
     load_harness,
     load_state,
-    store_harness,
 )
 from optimizers.engine.compile_sets import RunSets, fingerprint, run_sets
 from optimizers.engine.config import RunSettings
 from optimizers.engine.methods import HARNESS, WEIGHT, Method, get_method
-from optimizers.engine.phases import HarnessPhase, PhaseDriver, WeightPhase, harness_driver, weight_driver
+from optimizers.engine.phases import HarnessDriver, HarnessPhase, PhaseDriver, WeightDriver, WeightPhase
 from optimizers.engine.report import report_from_state
 from optimizers.engine.schedules import Schedule, as_recorded_schedule
 from optimizers.engine.shared_evals import SharedEvaluations
@@ -342,24 +341,24 @@ class WhaleOptimizer(Teleprompter):
             recorder.record(
                 PHASE_STARTED, phase=kind, position=state.position, cycle=cycle, harness=state.harness
             )
-        program, reason = self._drive(recorder, program, self._driver(kind, data, recorder.run), kind, data)
+        program, reason = self._drive(recorder, program, self._driver(kind, data, recorder.run), data)
         recorder.record(PHASE_ENDED, phase=kind, cycle=cycle, reason=reason)
         return program
 
     def _drive(
-        self, recorder: Recorder, program: HarnessProgram, driver: PhaseDriver, kind: str, data: RunSets
+        self, recorder: Recorder, program: HarnessProgram, driver: PhaseDriver, data: RunSets
     ) -> tuple[HarnessProgram, str]:
         stream = None
         try:
-            while (reason := self._stop_reason(recorder.state, driver, kind)) is None:
-                stream = stream or driver.stream(program, recorder.state)
+            while (reason := self._stop_reason(recorder.state, driver)) is None:
+                stream = stream or driver.units(program, recorder.state)
                 item = next(stream, None)
                 if item is None:
                     return program, "exhausted"
                 signal, program = item[0], self._resampled(item[1])
-                if driver.index(signal) < driver.counted(recorder.state):
+                if driver.counted(signal, recorder.state):
                     continue  # replayed from the phase's own record on resume: already counted
-                fields = {"harness": store_harness(recorder.run, program.source)} if kind == HARNESS else {}
+                fields = driver.recorded_with(recorder.run, program)
                 declared = self._declared(driver, recorder.state)
                 recorder.record(driver.event, signal=signal.to_dict(), **declared, **fields)
                 self._evaluate(recorder, program, data)
@@ -371,31 +370,25 @@ class WhaleOptimizer(Teleprompter):
     def _declared(self, driver: PhaseDriver, state: RunState) -> dict[str, Any]:
         """What the budget let a unit in at: its worst-case rollouts and their cost in the budget's
         unit, so its overspend is counted in both."""
-        rollouts = driver.cost(state)
+        rollouts = driver.unit_cost(state)
         cost = Declared(self.budget.unit, self.budget.cost(rollouts, state.spend))
         return {"declared": rollouts, "declared_cost": cost.to_dict()}
 
-    def _stop_reason(self, state: RunState, driver: PhaseDriver, kind: str) -> str | None:
+    def _stop_reason(self, state: RunState, driver: PhaseDriver) -> str | None:
         if driver.stalled(state):
             return "no candidates"
         if self.method.repeat and driver.done(state):
             return "schedule"
-        cap = self.budget.cap(self.method.share_of(kind))
-        cost = self.budget.cost(driver.admit(state), state.spend)
+        cap = self.budget.cap(self.method.share_of(driver.kind))
+        cost = self.budget.cost(driver.admission(state), state.spend)
         if not Budget.fits(self.budget.spent(state.spend), cost, cap):
             return "budget" if cap == self.budget.amount else "stage share"
         return None
 
     def _driver(self, kind: str, data: RunSets, run: RunDir) -> PhaseDriver:
         if kind == WEIGHT:
-            return weight_driver(self.weight_phase, data.trainset, self.schedule, self.method)
-        return harness_driver(
-            self.harness_phase,
-            data.searchset,
-            self.schedule,
-            incoming=lambda program, state: program.with_source(load_harness(run, state.incoming)),
-            archive_dir=lambda state: self.run_dir / "harness" / f"phase-{state.position:03d}",
-        )
+            return WeightDriver(self.weight_phase, data.trainset, self.schedule, self.method)
+        return HarnessDriver(self.harness_phase, data.searchset, self.schedule, run)
 
     # -- evaluation ----------------------------------------------------------------------------
 
