@@ -101,19 +101,21 @@ def replay(
 
 
 def framework(program, tasks, domain, lm, args: argparse.Namespace, trace_path: Path) -> dict[str, float]:
-    from whale_dspy.evaluation import evaluate
+    from whale_dspy.evaluation import EvalRequest, evaluate
 
     started = time.perf_counter()
     report, rollouts = evaluate(
         program,
-        tasks,
-        metric=domain.metric,
-        lm=lm,
-        k=args.k,
-        temperature=0.0,
+        EvalRequest(
+            tasks,
+            metric=domain.metric,
+            lm=lm,
+            k=args.k,
+            namespace="bench-overhead",
+            trace_path=trace_path,
+            sampling={"temperature": 0.0},
+        ),
         threads=args.threads,
-        namespace="bench-overhead",
-        trace_path=trace_path,
     )
     return {
         "seconds": time.perf_counter() - started,

@@ -38,7 +38,7 @@ from dspy.utils.callback import BaseCallback
 
 from domains.chess_puzzles import ChessDomain
 from harness_programs import seed_harness
-from whale_dspy.evaluation import InProcessEvaluator
+from whale_dspy.evaluation import EvalRequest, InProcessEvaluator
 from whale_dspy.harness import HarnessProgram
 from whale_dspy.sandbox import CandidateProgram, SandboxedEvaluator, SandboxLimits
 from whale_dspy.testing.scripted_lm import ScriptedLM
@@ -75,7 +75,10 @@ def make_lm(args: argparse.Namespace, stack: ExitStack) -> tuple[dspy.BaseLM, st
 def timed(evaluator: Any, program: Any, tasks: list, domain: ChessDomain, lm: dspy.BaseLM, k: int):
     started = time.perf_counter()
     report, rollouts = evaluator.evaluate(
-        program, tasks, metric=domain.metric, lm=lm, k=k, namespace="bench", temperature=0.0
+        program,
+        EvalRequest(
+            tasks, metric=domain.metric, lm=lm, k=k, namespace="bench", sampling={"temperature": 0.0}
+        ),
     )
     return time.perf_counter() - started, report, rollouts
 

@@ -31,7 +31,7 @@ import dspy  # noqa: E402
 
 from domains import domain_entry, get_domain  # noqa: E402
 from harness_programs import seed_harness  # noqa: E402
-from whale_dspy.evaluation import evaluate  # noqa: E402
+from whale_dspy.evaluation import EvalRequest, evaluate  # noqa: E402
 from whale_dspy.harness import HarnessProgram  # noqa: E402
 from whale_dspy.testing import fake_vllm  # noqa: E402
 
@@ -50,10 +50,16 @@ def measure(model: str, domains: list[str], args: argparse.Namespace, out: Path)
             for fmt, adapter in FORMATS.items():
                 with dspy.context(adapter=adapter()):
                     report, _ = evaluate(
-                        program, tasks, metric=domain.metric, k=args.k, threads=args.threads,
-                        namespace=f"choice-{fmt}",
-                        trace_path=out / model / f"{name}-{fmt}.jsonl",
-                    )  # fmt: skip
+                        program,
+                        EvalRequest(
+                            tasks,
+                            metric=domain.metric,
+                            k=args.k,
+                            namespace=f"choice-{fmt}",
+                            trace_path=out / model / f"{name}-{fmt}.jsonl",
+                        ),
+                        threads=args.threads,
+                    )
                 row = (
                     f"| {model} | {name} | {fmt} | {report.parse_rate:.0%} | {report.mean_at_k:.3f} "
                     f"[{report.ci_low:.2f}, {report.ci_high:.2f}] | "

@@ -33,7 +33,7 @@ import httpx
 
 from whale_dspy.backends import AdapterStore, RemoteServer, ReplicaSet, VLLMServer
 from whale_dspy.backends.vllm_server import split_cores
-from whale_dspy.evaluation import evaluate
+from whale_dspy.evaluation import EvalRequest, evaluate
 from whale_dspy.harness import HarnessProgram
 from whale_dspy.records import AdapterRef
 from whale_dspy.testing import fake_vllm
@@ -70,7 +70,9 @@ def rollouts_per_second(replicas: ReplicaSet, args: argparse.Namespace, tag: str
     started = time.perf_counter()
     lm = replicas.lm(max_tokens=args.max_tokens, temperature=1.0)
     _, rollouts = evaluate(
-        program, tasks, metric=echo_metric, lm=lm, k=args.k, threads=args.threads, namespace=f"bench-{tag}"
+        program,
+        EvalRequest(tasks, metric=echo_metric, lm=lm, k=args.k, namespace=f"bench-{tag}"),
+        threads=args.threads,
     )
     return len(rollouts) / (time.perf_counter() - started)
 

@@ -175,12 +175,13 @@ def first_answer_seconds(backend: Any, adapter: str) -> float:
 
 def adapter_evaluation_seconds(program: Any, tasks: list[Any], k: int, mode: str, threads: int) -> float:
     """Time of one evaluation through the new adapter, as the next harness phase would run one."""
+    from whale_dspy.evaluation import EvalRequest
     from whale_dspy.testing.echo import echo_metric
 
     started = time.perf_counter()
     evaluator = evaluator_for(mode, threads)
     evaluator.evaluate(
-        program, tasks, metric=echo_metric, lm=program.bound_lm, k=k, namespace="bench-adapter"
+        program, EvalRequest(tasks, metric=echo_metric, lm=program.bound_lm, k=k, namespace="bench-adapter")
     )
     return time.perf_counter() - started
 

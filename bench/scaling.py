@@ -77,19 +77,16 @@ class ToolTimer:
 
 
 def measure(program, tasks, domain, lm, lm_timer: LMTimer, tool_timer: ToolTimer, threads: int, k: int):
-    from whale_dspy.evaluation import evaluate
+    from whale_dspy.evaluation import EvalRequest, evaluate
 
     lm_timer.seconds = tool_timer.seconds = 0.0
     started = time.perf_counter()
     report, rollouts = evaluate(
         program,
-        tasks,
-        metric=domain.metric,
-        lm=lm,
-        k=k,
-        temperature=0.0,
+        EvalRequest(
+            tasks, metric=domain.metric, lm=lm, k=k, namespace="scaling", sampling={"temperature": 0.0}
+        ),
         threads=threads,
-        namespace="scaling",
     )
     wall = time.perf_counter() - started
     in_rollouts = sum(rollout.seconds for rollout in rollouts)

@@ -52,7 +52,7 @@ import dspy
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the modes' own modules beside this script
 
 from optimizers.harness.meta_harness import MetaHarness, MetaHarnessConfig, sandboxed_evaluator
-from whale_dspy.evaluation import InProcessEvaluator
+from whale_dspy.evaluation import EvalRequest, InProcessEvaluator
 from whale_dspy.harness import HarnessProgram, HarnessSource
 from whale_dspy.jsonl import atomic_write_json
 from whale_dspy.records import ProposerUsage
@@ -221,9 +221,11 @@ def held_out(world: dict[str, Any], archive: Path, name: str, args: argparse.Nam
     program = world["student"].with_source(source)
     evaluator = world["evaluator"](MetaHarnessConfig(threads=args.threads, timeout_s=args.read_timeout_s))
     report, _ = evaluator.evaluate(
-        program, world["held_out"], metric=world["metric"], lm=program.bound_lm, k=1,
-        namespace=HELD_OUT_NAMESPACE,
-    )  # fmt: skip
+        program,
+        EvalRequest(
+            world["held_out"], metric=world["metric"], lm=program.bound_lm, k=1, namespace=HELD_OUT_NAMESPACE
+        ),
+    )
     atomic_write_json(cache, report.per_task)
     return report.per_task
 

@@ -69,7 +69,7 @@ def test_the_same_rollout_ids_redraw_the_same_samples_on_the_merged_server(merge
 def assert_rollout_ids_redraw_their_samples(server) -> None:
     """Named fixtures, not one parametrized test: the server a test uses picks its xdist group
     (real_model_group.py), and a fixture fetched by name at run time cannot be seen there."""
-    from whale_dspy.evaluation import evaluate
+    from whale_dspy.evaluation import EvalRequest, evaluate
     from whale_dspy.harness import HarnessProgram, HarnessSource
 
     code = "import dspy\ndef build(signature, tools):\n    return dspy.Predict(signature)\n"
@@ -81,7 +81,9 @@ def assert_rollout_ids_redraw_their_samples(server) -> None:
         # One request at a time: bf16 numerics follow the batch's shape, and under a loaded CPU the
         # three concurrent samples were batched differently on the second pass (seen in CI).
         _, rollouts = evaluate(
-            program, [task], metric=lambda e, p, trace=None: 0.0, lm=lm, k=3, namespace=namespace, threads=1
+            program,
+            EvalRequest([task], metric=lambda e, p, trace=None: 0.0, lm=lm, k=3, namespace=namespace),
+            threads=1,
         )
         return [r.lm_calls[0].completion for r in sorted(rollouts, key=lambda r: r.sample)]
 

@@ -20,7 +20,7 @@ from rft_helpers import TWO_CALLS, reply
 from sandbox_helpers import TEST_LIMITS, StructuredScriptedLM
 
 from optimizers import RejectionSamplingFinetune, RFTConfig
-from whale_dspy.evaluation import InProcessEvaluator, evaluate
+from whale_dspy.evaluation import EvalRequest, InProcessEvaluator, evaluate
 from whale_dspy.harness import HarnessProgram, HarnessSource, UntrustedHarness
 from whale_dspy.jsonl import read_jsonl
 from whale_dspy.rundir import RunDir
@@ -125,7 +125,7 @@ def test_a_whale_run_on_a_model_written_student_scores_and_trains_nothing(tmp_pa
 def test_evaluate_refuses_unvouched_code_in_process_and_forward_runs_it_contained():
     program = cheat("closure")
     with pytest.raises(UntrustedHarness, match="not vouched for"):
-        evaluate(program, cd.tasks(1), metric=cd.exact_match, lm=ScriptedLM(GUESS), k=1)
+        evaluate(program, EvalRequest(cd.tasks(1), metric=cd.exact_match, lm=ScriptedLM(GUESS), k=1))
     with pytest.raises(UntrustedHarness):
         program.build_function()
     honest = HarnessSource(
@@ -152,9 +152,9 @@ def test_the_harness_search_unvouches_what_a_proposer_returns(tmp_path):
     seen = []
 
     class Recording(InProcessEvaluator):
-        def evaluate(self, program, examples, **kwargs):
+        def evaluate(self, program, request):
             seen.append((program.source.name, program.source.trusted))
-            return super().evaluate(program, examples, **kwargs)
+            return super().evaluate(program, request)
 
     proposed = HarnessSource("scripted", GOOD, "c0000").vouched()  # a proposer cannot vouch for its code
     search = MetaHarness(
@@ -205,11 +205,7 @@ def test_a_spinning_candidate_is_stopped_by_its_cpu_time(tmp_path):
     started = time.monotonic()
     report, rollouts = SandboxedEvaluator(limits).evaluate(
         HarnessProgram(HarnessSource("spin", spin), cd.QA, cd.tools_for),
-        cd.tasks(2),
-        metric=cd.exact_match,
-        lm=ScriptedLM(GUESS),
-        k=1,
-        namespace="spin",
+        EvalRequest(cd.tasks(2), metric=cd.exact_match, lm=ScriptedLM(GUESS), k=1, namespace="spin"),
     )
     assert time.monotonic() - started < 30  # the wall clock limits (120 s) never came into it
     assert all("5 s of CPU time" in r.error for r in rollouts) and report.mean_at_k == 0.0

@@ -11,7 +11,7 @@ import dspy
 import pytest
 
 from whale_dspy.errors import ConfigError, HarnessError
-from whale_dspy.evaluation import EvalReport, evaluate
+from whale_dspy.evaluation import EvalReport, EvalRequest, evaluate
 from whale_dspy.harness import HarnessProgram, HarnessSource
 from whale_dspy.jsonl import append_jsonl, read_jsonl
 from whale_dspy.records import Rollout
@@ -64,7 +64,7 @@ def test_mean_at_k_pass_at_k_and_per_task_scores(program):
     lm = ScriptedLM(
         {"q0?": {"answer": "0"}, "q1?": [{"answer": "1"}, {"answer": "no"}], "q2?": {"answer": "x"}}
     )
-    report, rollouts = evaluate(program, tasks(3), metric=exact, lm=lm, k=2, threads=1)
+    report, rollouts = evaluate(program, EvalRequest(tasks(3), metric=exact, lm=lm, k=2), threads=1)
     assert report.per_task == {"t0": [1.0, 1.0], "t1": [1.0, 0.0], "t2": [0.0, 0.0]}
     assert report.mean_at_k == pytest.approx((1 + 0.5 + 0) / 3)
     assert report.pass_at_k == pytest.approx(2 / 3)
@@ -75,7 +75,9 @@ def test_mean_at_k_pass_at_k_and_per_task_scores(program):
 def test_k_samples_get_distinct_rollout_ids_and_the_trace_is_complete(program, tmp_path):
     lm = ScriptedLM({"q0?": {"answer": "0"}}).copy(temperature=0.7)
     trace_path = tmp_path / "traces.jsonl"
-    _, rollouts = evaluate(program, tasks(1), metric=exact, lm=lm, k=3, threads=2, trace_path=trace_path)
+    _, rollouts = evaluate(
+        program, EvalRequest(tasks(1), metric=exact, lm=lm, k=3, trace_path=trace_path), threads=2
+    )
     assert len({r.rollout_id for r in rollouts}) == 3
     recorded = [Rollout.from_dict(row) for row in read_jsonl(trace_path)]
     assert sorted(r.rollout_id for r in recorded) == sorted(r.rollout_id for r in rollouts)
@@ -91,14 +93,20 @@ def test_k_samples_get_distinct_rollout_ids_and_the_trace_is_complete(program, t
 
 def test_an_evaluation_may_override_the_lms_sampling(program):
     lm = ScriptedLM({"q0?": {"answer": "0"}}).copy(temperature=0.7)
-    _, rollouts = evaluate(program, tasks(1), metric=exact, lm=lm, k=1, temperature=0.3, max_tokens=9)
+    _, rollouts = evaluate(
+        program,
+        EvalRequest(tasks(1), metric=exact, lm=lm, k=1, sampling={"temperature": 0.3, "max_tokens": 9}),
+    )
     assert {"temperature": 0.3, "max_tokens": 9}.items() <= rollouts[0].lm_calls[0].sampling.items()
 
 
 def test_same_namespace_gives_same_rollout_ids_other_namespace_differs(program):
     lm = ScriptedLM({"q0?": {"answer": "0"}})
     ids = [
-        sorted(r.rollout_id for r in evaluate(program, tasks(1), metric=exact, lm=lm, k=2, namespace=ns)[1])
+        sorted(
+            r.rollout_id
+            for r in evaluate(program, EvalRequest(tasks(1), metric=exact, lm=lm, k=2, namespace=ns))[1]
+        )
         for ns in ("a", "a", "b")
     ]
     assert ids[0] == ids[1] != ids[2]
@@ -106,7 +114,7 @@ def test_same_namespace_gives_same_rollout_ids_other_namespace_differs(program):
 
 def test_parse_failure_is_an_ordinary_zero_rollout_with_raw_completion(program):
     lm = ScriptedLM({"q0?": "I think the answer is 0"})
-    report, [rollout] = evaluate(program, tasks(1), metric=exact, lm=lm, k=1)
+    report, [rollout] = evaluate(program, EvalRequest(tasks(1), metric=exact, lm=lm, k=1))
     assert rollout.score == 0.0 and not rollout.parsed
     assert "AdapterParseError" in rollout.error
     assert rollout.lm_calls[0].completion == "I think the answer is 0"
@@ -116,7 +124,7 @@ def test_parse_failure_is_an_ordinary_zero_rollout_with_raw_completion(program):
 def test_raising_harness_and_raising_metric_score_zero_and_evaluation_goes_on():
     code = "import dspy\ndef build(signature, tools):\n    raise RuntimeError('boom')\n"
     broken = HarnessProgram(HarnessSource("broken", code).vouched(), dspy.Signature("question -> answer"))
-    report, rollouts = evaluate(broken, tasks(2), metric=exact, lm=ScriptedLM([]), k=1)
+    report, rollouts = evaluate(broken, EvalRequest(tasks(2), metric=exact, lm=ScriptedLM([]), k=1))
     assert report.mean_at_k == 0.0 and all("boom" in r.error for r in rollouts)
 
     def bad_metric(example, pred, trace=None):
@@ -128,15 +136,17 @@ def test_raising_harness_and_raising_metric_score_zero_and_evaluation_goes_on():
         ).vouched(),
         dspy.Signature("question -> answer"),
     )
-    _, [rollout] = evaluate(good, tasks(1), metric=bad_metric, lm=ScriptedLM([{"answer": "0"}]), k=1)
+    _, [rollout] = evaluate(
+        good, EvalRequest(tasks(1), metric=bad_metric, lm=ScriptedLM([{"answer": "0"}]), k=1)
+    )
     assert rollout.score == 0.0 and "metric failed" in rollout.error
 
 
 def test_bad_configuration_is_refused_before_work(program):
     with pytest.raises(ConfigError, match="k and threads"):
-        evaluate(program, tasks(1), metric=exact, lm=ScriptedLM([]), k=0)
+        evaluate(program, EvalRequest(tasks(1), metric=exact, lm=ScriptedLM([]), k=0))
     with pytest.raises(ConfigError, match="no LM"):
-        evaluate(program, tasks(1), metric=exact, k=1)
+        evaluate(program, EvalRequest(tasks(1), metric=exact, k=1))
 
 
 def test_harness_sources_that_do_not_parse_or_lack_build_are_refused():
@@ -225,7 +235,7 @@ def test_an_interrupted_evaluation_given_its_trace_runs_only_the_rest(program, t
     whole = tmp_path / "whole.jsonl"
     answers = {"q0?": {"answer": "0"}, "q1?": {"answer": "no"}, "q2?": {"answer": "2"}}
     full, _ = evaluate(
-        program, tasks(3), metric=exact, lm=ScriptedLM(answers), k=2, threads=1, trace_path=whole
+        program, EvalRequest(tasks(3), metric=exact, lm=ScriptedLM(answers), k=2, trace_path=whole), threads=1
     )
     recorded = [Rollout.from_dict(row) for row in read_jsonl(whole)]
     first = sorted(recorded, key=lambda r: (r.task_id, r.sample))[:3]  # t0 both samples, t1 sample 0
@@ -236,7 +246,9 @@ def test_an_interrupted_evaluation_given_its_trace_runs_only_the_rest(program, t
     # Scripted for the three missing rollouts only: re-running a done one would exhaust it.
     rest = ScriptedLM({"q1?": [{"answer": "no"}], "q2?": [{"answer": "2"}, {"answer": "2"}]})
     report, rollouts = evaluate(
-        program, tasks(3), metric=exact, lm=rest, k=2, threads=1, trace_path=trace, done=[*first, stranger]
+        program,
+        EvalRequest(tasks(3), metric=exact, lm=rest, k=2, trace_path=trace, done=[*first, stranger]),
+        threads=1,
     )
     assert all(r.error is None for r in rollouts)
     assert report.per_task == full.per_task and report.mean_at_k == full.mean_at_k
@@ -254,7 +266,7 @@ def plain_examples() -> list[dspy.Example]:
 
 def test_examples_without_task_id_are_recorded_one_task_each(program):
     lm = ScriptedLM({"q0?": {"answer": "0"}, "q1?": {"answer": "1"}, "q2?": {"answer": "x"}})
-    report, rollouts = evaluate(program, plain_examples(), metric=exact, lm=lm, k=2, threads=1)
+    report, rollouts = evaluate(program, EvalRequest(plain_examples(), metric=exact, lm=lm, k=2), threads=1)
     assert report.tasks == 3 and len(report.per_task) == 3
     assert sorted(report.per_task.values()) == [[0.0, 0.0], [1.0, 1.0], [1.0, 1.0]]
     assert len({r.rollout_id for r in rollouts}) == 6

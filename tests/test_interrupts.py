@@ -17,7 +17,7 @@ import pytest
 from whale_cli import main as cli_main
 from whale_dspy.backends import process
 from whale_dspy.backends.process import ManagedProcess, group_members, kill_all_now
-from whale_dspy.evaluation import evaluate
+from whale_dspy.evaluation import EvalRequest, evaluate
 from whale_dspy.harness import HarnessProgram, HarnessSource
 from whale_dspy.testing.scripted_lm import ScriptedLM
 
@@ -64,9 +64,16 @@ def test_an_interrupted_evaluation_does_not_wait_for_its_rollouts_in_flight() ->
     try:
         with pytest.raises(KeyboardInterrupt):
             evaluate(
-                program, tasks, metric=lambda e, p, trace=None: 1.0,
-                lm=ScriptedLM({"": "[[ ## answer ## ]]\na"}), k=1, threads=2, on_rollout=interrupt,
-            )  # fmt: skip
+                program,
+                EvalRequest(
+                    tasks,
+                    metric=lambda e, p, trace=None: 1.0,
+                    lm=ScriptedLM({"": "[[ ## answer ## ]]\na"}),
+                    k=1,
+                    on_rollout=interrupt,
+                ),
+                threads=2,
+            )
         assert not finished.is_set()  # it returned while the slow rollout still ran
     finally:
         released.set()

@@ -327,7 +327,7 @@ def test_a_failed_swap_stops_the_evaluation_even_when_the_harness_catches_it() -
     import dspy
 
     from whale_dspy.backends.bound_lm import WeightsBoundLM
-    from whale_dspy.evaluation import evaluate
+    from whale_dspy.evaluation import EvalRequest, evaluate
     from whale_dspy.harness import HarnessProgram, HarnessSource
 
     def refused(weights: object) -> None:
@@ -339,7 +339,7 @@ def test_a_failed_swap_stops_the_evaluation_even_when_the_harness_catches_it() -
     )
     task = dspy.Example(task_id="t0", question="q", answer="a").with_inputs("question")
     with pytest.raises(BackendError, match="inference server failed.*was refused"):
-        evaluate(program, [task], metric=lambda e, p, trace=None: 1.0, lm=lm, k=2, threads=1)
+        evaluate(program, EvalRequest([task], metric=lambda e, p, trace=None: 1.0, lm=lm, k=2), threads=1)
 
 
 def test_a_failed_swap_on_the_async_path_reaches_the_rollouts_watch() -> None:

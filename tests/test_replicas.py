@@ -25,7 +25,7 @@ from whale_cli.wiring import RestartingServer
 from whale_dspy.backends import AdapterStore, RemoteServer, ReplicaSet, VLLMServer
 from whale_dspy.backends.vllm_server import split_cores
 from whale_dspy.errors import BackendError, ConfigError
-from whale_dspy.evaluation import evaluate
+from whale_dspy.evaluation import EvalRequest, evaluate
 from whale_dspy.records import AdapterRef
 from whale_dspy.testing import fake_vllm
 
@@ -112,7 +112,9 @@ def fleet(tmp_path):
 
 
 def test_one_evaluation_is_spread_over_both_replicas(fleet):
-    report, rollouts = evaluate(student(GOOD), tasks(12), metric=exact, lm=fleet.set.lm(), k=2, threads=4)
+    report, rollouts = evaluate(
+        student(GOOD), EvalRequest(tasks(12), metric=exact, lm=fleet.set.lm(), k=2), threads=4
+    )
     assert len(rollouts) == 24 and report.mean_at_k == 1.0
     served = [completions(folder) for folder in fleet.folders]
     assert min(served) >= 6, served  # least-busy routing: neither replica sits idle
@@ -124,7 +126,7 @@ def test_an_adapter_is_on_every_replica_before_a_request_names_it(fleet, tmp_pat
     ref = adapter(tmp_path, "policy-r00-s0001", fleet.set.base_model)
     fleet.set.load_adapter(ref)
     assert (tmp_path / "store" / ref.name / "adapter_config.json").is_file()  # published for resolvers
-    evaluate(student(GOOD), tasks(8), metric=exact, lm=fleet.set.lm(ref.name), k=2, threads=4)
+    evaluate(student(GOOD), EvalRequest(tasks(8), metric=exact, lm=fleet.set.lm(ref.name), k=2), threads=4)
     for folder in fleet.folders:
         load, first_use = order(requests(folder), ref.name)
         assert load < first_use
@@ -148,7 +150,7 @@ def test_a_replica_killed_mid_evaluation_loses_no_rollout(fleet, tmp_path):
     )
     killer.start()
     lm = fleet.set.lm(ref.name)
-    report, rollouts = evaluate(student(GOOD), tasks(16), metric=exact, lm=lm, k=2, threads=4)
+    report, rollouts = evaluate(student(GOOD), EvalRequest(tasks(16), metric=exact, lm=lm, k=2), threads=4)
     killer.join()
     assert len(rollouts) == 32 and report.mean_at_k == 1.0  # every rollout answered, none scored 0
     assert all(rollout.error is None for rollout in rollouts)
@@ -162,13 +164,15 @@ def test_a_restarted_replica_gets_the_current_adapter_before_serving(fleet, tmp_
     fleet.set.load_adapter(ref)
     lm = fleet.set.lm(ref.name)
     kill(fleet.servers[0])
-    evaluate(student(GOOD), tasks(4), metric=exact, lm=lm, k=1, threads=2)  # finds it dead: fails over
+    evaluate(
+        student(GOOD), EvalRequest(tasks(4), metric=exact, lm=lm, k=1), threads=2
+    )  # finds it dead: fails over
     first = fleet.set.replicas[0]
     assert not first.up
     before = len(requests(fleet.folders[0]))
     fleet.restart(0)
     wait_until(lambda: first.up)
-    evaluate(student(GOOD), tasks(8), metric=exact, lm=lm, k=2, threads=4)
+    evaluate(student(GOOD), EvalRequest(tasks(8), metric=exact, lm=lm, k=2), threads=4)
     load, first_use = order(requests(fleet.folders[0])[before:], ref.name)
     assert load < first_use
 
@@ -182,7 +186,9 @@ def test_a_replica_back_with_another_runs_adapter_under_the_names_is_kept_down(t
         fleet.set.load_adapter(ref)
         first = fleet.set.replicas[0]
         kill(fleet.servers[0])
-        evaluate(student(GOOD), tasks(4), metric=exact, lm=fleet.set.lm(ref.name), k=1, threads=2)
+        evaluate(
+            student(GOOD), EvalRequest(tasks(4), metric=exact, lm=fleet.set.lm(ref.name), k=1), threads=2
+        )
         assert not first.up
         fleet.restart(0)
         other = adapter(tmp_path / "other-run", ref.name, fleet.set.base_model)
@@ -204,7 +210,7 @@ def test_a_replica_restarted_between_calls_reloads_the_adapter_it_lost(tmp_path)
         fleet.set.load_adapter(ref)
         fleet.restart(0)
         lm = fleet.set.lm(ref.name)
-        report, _ = evaluate(student(GOOD), tasks(2), metric=exact, lm=lm, k=1, threads=1)
+        report, _ = evaluate(student(GOOD), EvalRequest(tasks(2), metric=exact, lm=lm, k=1), threads=1)
         assert report.mean_at_k == 1.0
         loads = [row for row in requests(fleet.folders[0]) if row["path"] == "/v1/load_lora_adapter"]
         assert len(loads) == 2  # the first load, then the reload after the restart
@@ -216,7 +222,7 @@ def test_with_no_live_replica_the_evaluation_stops_with_backend_error(fleet):
     for server in fleet.servers:
         kill(server)
     with pytest.raises(BackendError, match="no live replica"):
-        evaluate(student(GOOD), tasks(4), metric=exact, lm=fleet.set.lm(), k=1, threads=2)
+        evaluate(student(GOOD), EvalRequest(tasks(4), metric=exact, lm=fleet.set.lm(), k=1), threads=2)
 
 
 def test_replicas_that_serve_different_models_are_refused(tmp_path):
@@ -272,7 +278,7 @@ def test_a_call_every_replica_fails_ends_after_a_bounded_number_of_sends(fleet):
         httpx.post(f"{server.url}/fake/fail_completions", json={})
     started = time.monotonic()
     with pytest.raises(BackendError, match="inference server failed"):
-        evaluate(student(GOOD), tasks(1), metric=exact, lm=fleet.set.lm(), k=1, threads=1)
+        evaluate(student(GOOD), EvalRequest(tasks(1), metric=exact, lm=fleet.set.lm(), k=1), threads=1)
     assert sum(completions(folder) for folder in fleet.folders) <= 2 * 2 + 1
     assert time.monotonic() - started < 10
     assert [replica.in_flight for replica in fleet.set.replicas] == [0, 0]
@@ -315,7 +321,9 @@ def test_a_resumed_run_adopts_the_adapters_its_replicas_still_serve(fleet, tmp_p
     resumed = ReplicaSet(clients, store=AdapterStore(tmp_path / "store"), wait_s=2.0)
     with resumed:
         resumed.load_adapter(ref)
-        report, _ = evaluate(student(GOOD), tasks(4), metric=exact, lm=resumed.lm(ref.name), k=1, threads=2)
+        report, _ = evaluate(
+            student(GOOD), EvalRequest(tasks(4), metric=exact, lm=resumed.lm(ref.name), k=1), threads=2
+        )
     assert report.mean_at_k == 1.0 and all(row["up"] for row in resumed.stats())
     for folder in fleet.folders:
         assert [row["path"] for row in requests(folder)].count("/v1/load_lora_adapter") == 1
@@ -325,7 +333,9 @@ def test_an_unreachable_replica_at_start_is_down_not_fatal(fleet):
     clients = [RemoteServer(fleet.servers[0].url), RemoteServer("http://127.0.0.1:9")]
     with ReplicaSet(clients, wait_s=2.0) as replicas:
         assert [row["up"] for row in replicas.stats()] == [True, False]
-        report, _ = evaluate(student(GOOD), tasks(2), metric=exact, lm=replicas.lm(), k=1, threads=1)
+        report, _ = evaluate(
+            student(GOOD), EvalRequest(tasks(2), metric=exact, lm=replicas.lm(), k=1), threads=1
+        )
     assert report.mean_at_k == 1.0
 
 
@@ -349,7 +359,9 @@ def test_a_runs_own_set_is_started_anew_whole_when_no_replica_answers(tmp_path):
         if backend is made[0]:
             for each in backend.replicas:
                 kill(each.server)
-        report, _ = evaluate(student(GOOD), tasks(4), metric=exact, lm=backend.lm(), k=1, threads=2)
+        report, _ = evaluate(
+            student(GOOD), EvalRequest(tasks(4), metric=exact, lm=backend.lm(), k=1), threads=2
+        )
         return report.mean_at_k
 
     with RestartingServer(make, restarts=1) as restarting:

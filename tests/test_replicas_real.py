@@ -21,7 +21,7 @@ from meta_harness_helpers import GOOD, exact, student, tasks
 from real_model_group import this_workers_core
 
 from whale_dspy.backends import AdapterStore, RemoteServer, ReplicaSet, VLLMServer
-from whale_dspy.evaluation import evaluate
+from whale_dspy.evaluation import EvalRequest, evaluate
 from whale_dspy.testing.random_adapter import make_random_adapter
 
 pytestmark = pytest.mark.integration
@@ -88,13 +88,13 @@ def test_two_real_replicas_share_an_adapter_and_survive_one_dying(embedded_serve
         assert gap(from_store, first_tokens(embedded_server.url, unannounced.name)) < 0.02
 
         lm = replicas.lm(ref.name, max_tokens=16, temperature=1.0)
-        _, rollouts = evaluate(student(GOOD), tasks(3), metric=exact, lm=lm, k=2, threads=4)
+        _, rollouts = evaluate(student(GOOD), EvalRequest(tasks(3), metric=exact, lm=lm, k=2), threads=4)
         assert len(rollouts) == 6 and all(row["answered"] > 0 for row in replicas.stats())
 
         answered = replicas.stats()[1]["answered"]
         killer = threading.Thread(target=kill_after, args=(replicas, second, answered + 2))
         killer.start()
-        _, rollouts = evaluate(student(GOOD), tasks(6), metric=exact, lm=lm, k=2, threads=4)
+        _, rollouts = evaluate(student(GOOD), EvalRequest(tasks(6), metric=exact, lm=lm, k=2), threads=4)
         killer.join()
         assert len(rollouts) == 12  # none voided: the dead replica's calls went to the other
         assert not replicas.stats()[1]["up"]

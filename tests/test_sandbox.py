@@ -25,7 +25,7 @@ from sandbox_helpers import (
 )
 
 from whale_dspy.errors import ConfigError
-from whale_dspy.evaluation import InProcessEvaluator
+from whale_dspy.evaluation import EvalRequest, InProcessEvaluator
 from whale_dspy.harness import HarnessProgram, HarnessSource
 from whale_dspy.jsonl import read_jsonl
 from whale_dspy.sandbox import (
@@ -73,7 +73,7 @@ def program(code: str, name: str = "candidate") -> CandidateProgram:
 
 def run(evaluator, prog, **kwargs):
     options = {"metric": exact_match, "lm": scripted_lm(), "k": 2, "namespace": "sandbox-test"} | kwargs
-    return evaluator.evaluate(prog, examples(), **options)
+    return evaluator.evaluate(prog, EvalRequest(examples(), **options))
 
 
 def comparable(rollouts) -> list[dict]:

@@ -32,6 +32,7 @@ from sandbox_helpers import (
     tools_for,
 )
 
+from whale_dspy.evaluation import EvalRequest
 from whale_dspy.harness import HarnessSource
 from whale_dspy.sandbox import CandidateProgram, SandboxedEvaluator, check_imports, classify_failure
 
@@ -79,7 +80,7 @@ def evaluate(path_or_source: Path | str, evaluator: SandboxedEvaluator):
     )
     program = CandidateProgram(source, Question, tools_for)
     return evaluator.evaluate(
-        program, examples(), metric=exact_match, lm=scripted_lm(), k=1, namespace="adversarial"
+        program, EvalRequest(examples(), metric=exact_match, lm=scripted_lm(), k=1, namespace="adversarial")
     )
 
 

@@ -16,7 +16,7 @@ from optimizers.harness.meta_harness import MetaHarness, MetaHarnessConfig, sand
 from optimizers.harness.proposers.lm import LMProposer
 from optimizers.harness.proposers.mechanism import MechanismProposer
 from whale_dspy.errors import BackendError
-from whale_dspy.evaluation import InProcessEvaluator, evaluate
+from whale_dspy.evaluation import EvalRequest, InProcessEvaluator, evaluate
 from whale_dspy.jsonl import read_jsonl
 from whale_dspy.records import Rollout
 from whale_dspy.rollouts import run_rollout
@@ -60,12 +60,14 @@ def test_evaluate_stops_at_a_dead_server_and_keeps_the_finished_rollouts(tmp_pat
     trace = tmp_path / "traces.jsonl"
     tasks = [task(0), task(1), task(2)]
     with pytest.raises(BackendError):
-        evaluate(student(), tasks, metric=exact, lm=lm, k=1, threads=1, trace_path=trace)
+        evaluate(student(), EvalRequest(tasks, metric=exact, lm=lm, k=1, trace_path=trace), threads=1)
     assert [row["task_id"] for row in read_jsonl(trace)] == ["t0"]
     # Resumed once the server is back: the voided rollout is run, not kept as a failure.
     done = [Rollout.from_dict(row) for row in read_jsonl(trace)]
     back = ScriptedLM({"#1": {"answer": "4"}, "#2": {"answer": "4"}})  # t0 again would exhaust it
-    report, _ = evaluate(student(), tasks, metric=exact, lm=back, k=1, threads=1, trace_path=trace, done=done)
+    report, _ = evaluate(
+        student(), EvalRequest(tasks, metric=exact, lm=back, k=1, trace_path=trace, done=done), threads=1
+    )
     assert report.per_task == {"t0": [1.0], "t1": [0.0], "t2": [1.0]}  # the toy answers even ones
     assert (report.rollouts, report.resumed) == (3, 1)
     assert sorted(row["task_id"] for row in read_jsonl(trace)) == ["t0", "t1", "t2"]

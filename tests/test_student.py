@@ -7,7 +7,7 @@ import pytest
 from user_programs import HiddenArgument, HoldsAClient, LookupQA, ReasonsOnRequest
 
 from whale_dspy.errors import ConfigError
-from whale_dspy.evaluation import evaluate
+from whale_dspy.evaluation import EvalRequest, evaluate
 from whale_dspy.harness import HarnessProgram, HarnessSource
 from whale_dspy.student import STATE_NAME, as_harness, check_metric
 from whale_dspy.testing import ScriptedLM
@@ -53,7 +53,9 @@ def test_a_user_program_becomes_the_source_its_class_needs_plus_a_generated_entr
 def test_the_harness_answers_as_the_program_does_and_its_tool_calls_are_traced():
     program = as_harness(LookupQA(lookup, notes=1))
     assert program.with_lm(scripted())(question="What is the capital of France?").answer == "Paris"
-    report, rollouts = evaluate(program, questions(2), metric=exact, lm=scripted(), k=2, threads=2)
+    report, rollouts = evaluate(
+        program, EvalRequest(questions(2), metric=exact, lm=scripted(), k=2), threads=2
+    )
     assert report.mean_at_k == 1.0
     calls = rollouts[0].tool_calls
     assert [c.name for c in calls] == ["lookup"] and calls[0].args == {"arg0": "capital france", "arg1": 1}

@@ -25,7 +25,7 @@ from whale_cli.read_folder import TRACES_FILE, continued_rollouts, read_settings
 from whale_dspy.backends.vllm_server import DEFAULT_MODEL
 from whale_dspy.defaults import DEFAULT_EVAL_K, DEFAULT_THREADS
 from whale_dspy.errors import ConfigError
-from whale_dspy.evaluation import EvalReport
+from whale_dspy.evaluation import EvalReport, EvalRequest
 from whale_dspy.harness import HarnessProgram, HarnessSource
 from whale_dspy.protocols import SPLITS
 from whale_dspy.records import Rollout
@@ -222,14 +222,16 @@ def _evaluate(
         with adapter_context(args.output_format), _progress(total, kept) as advance:
             report, _ = ContainedEvaluator.for_long_evaluations(args.threads).evaluate(
                 program,
-                examples,
-                metric=domain.metric,
-                lm=lm,
-                k=args.k,
-                namespace=f"eval-{args.split}",
-                trace_path=out / TRACES_FILE,
-                on_rollout=lambda rollout: advance(),
-                done=done,
+                EvalRequest(
+                    examples,
+                    metric=domain.metric,
+                    lm=lm,
+                    k=args.k,
+                    namespace=f"eval-{args.split}",
+                    trace_path=out / TRACES_FILE,
+                    on_rollout=lambda rollout: advance(),
+                    done=done,
+                ),
             )
     _write_and_print(report, out, args, settings, source, model_served, serving)
 

@@ -41,7 +41,7 @@ from whale_cli.report import decision_cell
 from whale_cli.wiring import DATA_SEED
 from whale_dspy.backends import RemoteServer
 from whale_dspy.defaults import DEFAULT_EVAL_K
-from whale_dspy.evaluation import InProcessEvaluator
+from whale_dspy.evaluation import EvalRequest, InProcessEvaluator
 from whale_dspy.harness import HarnessProgram
 from whale_dspy.jsonl import atomic_write_json
 from whale_dspy.protocols import CandidateEvaluator, InferenceBackend
@@ -276,9 +276,16 @@ def search(
     for label, (folder, program) in programs.items():  # the best is candidate code: contained as well
         read = run_dir / TEST_READS / folder
         reports[label], _ = evaluator.evaluate(
-            program, setup["testset"], metric=domain.metric, lm=program.bound_lm, k=args.eval_k,
-            namespace="search-test", trace_path=read / TRACES_FILE,
-        )  # fmt: skip
+            program,
+            EvalRequest(
+                setup["testset"],
+                metric=domain.metric,
+                lm=program.bound_lm,
+                k=args.eval_k,
+                namespace="search-test",
+                trace_path=read / TRACES_FILE,
+            ),
+        )
         write_read(
             read, reports[label], domain=args.domain, harness=program.source.name, split=TEST_SPLIT,
             model=served, adapter=adapter_folder, contained=args.sandbox, serving=serving,

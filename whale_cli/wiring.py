@@ -20,6 +20,7 @@ from optimizers.engine.config import RunSettings
 from whale_dspy.backends.vllm_server import thinking_template_kwargs
 from whale_dspy.defaults import DEFAULT_THREADS, SERVER_RESTARTS
 from whale_dspy.errors import BackendError, ConfigError
+from whale_dspy.evaluation import EvalRequest
 from whale_dspy.harness import HarnessProgram, HarnessSource
 from whale_dspy.protocols import Domain, InferenceBackend, reports_down
 
@@ -156,12 +157,14 @@ def evaluate_on_test(
     program = student_of(data, backend, settings, adapter=adapter).with_source(source)
     report, _ = ContainedEvaluator.for_long_evaluations(threads=DEFAULT_THREADS).evaluate(
         program,
-        data.testset,
-        metric=data.domain.metric,
-        lm=program.bound_lm,
-        k=k,
-        namespace=f"{EVAL_NAMESPACE}-test",
-        trace_path=trace_path,
+        EvalRequest(
+            data.testset,
+            metric=data.domain.metric,
+            lm=program.bound_lm,
+            k=k,
+            namespace=f"{EVAL_NAMESPACE}-test",
+            trace_path=trace_path,
+        ),
     )
     return report
 

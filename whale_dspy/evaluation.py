@@ -13,21 +13,21 @@ import contextvars
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 import dspy
 import numpy as np
 
-from whale_dspy.defaults import DEFAULT_EVAL_K, DEFAULT_THREADS
+from whale_dspy.defaults import DEFAULT_THREADS
 from whale_dspy.errors import ConfigError
+from whale_dspy.eval_request import EvalRequest
 from whale_dspy.harness import HarnessProgram, refuse_untrusted
 from whale_dspy.jsonl import append_jsonl
 from whale_dspy.records import Rollout
-from whale_dspy.rollouts import Metric, run_rollout, task_id_of
+from whale_dspy.rollouts import run_rollout, task_id_of
 from whale_dspy.seeding import derive_seed
 from whale_dspy.stats import task_mean_ci
 
@@ -101,39 +101,22 @@ def measured(
 
 
 def evaluate(
-    program: HarnessProgram,
-    examples: Sequence[dspy.Example],
-    *,
-    metric: Metric,
-    lm: dspy.BaseLM | None = None,
-    k: int = DEFAULT_EVAL_K,
-    threads: int = DEFAULT_THREADS,
-    namespace: str = "eval",
-    trace_path: Path | None = None,
-    on_rollout: Callable[[Rollout], None] | None = None,
-    done: Sequence[Rollout] = (),
-    **sampling: Any,
+    program: HarnessProgram, request: EvalRequest, *, threads: int = DEFAULT_THREADS
 ) -> tuple[EvalReport, list[Rollout]]:
-    """Run k samples of every task; the rollout ids derive from (namespace, task, sample).
-
-    `done` holds rollouts an interrupted call of this same evaluation recorded (its trace): their
-    (task, sample) pairs are not run again, and the report counts them. Those of other tasks or
-    samples are ignored.
-
-    The samples are drawn under the LM's own settings (the run's configuration made it);
-    `sampling` (temperature=..., max_tokens=...) overrides them for this evaluation only.
+    """Run k samples of every task in `threads` threads; the report and every rollout.
 
     A HarnessProgram runs here only when its source is vouched for (UntrustedHarness otherwise):
     evaluate model-written code with `whale_dspy.sandbox.ContainedEvaluator`.
     """
+    examples, k, metric, sampling = request.examples, request.k, request.metric, request.sampling
     if k < 1 or threads < 1:
         raise ConfigError(f"k and threads must be >= 1 (got k={k}, threads={threads})")
     if isinstance(program, HarnessProgram):
         refuse_untrusted(program.source)
-    lm = lm or program.bound_lm or dspy.settings.lm
+    lm = request.lm or program.bound_lm or dspy.settings.lm
     if lm is None:
         raise ConfigError("no LM: pass lm=, bind one to the program, or dspy.configure(lm=...)")
-    kept = measured(done, examples, k)
+    kept = measured(request.done, examples, k)
     jobs = [
         (example, sample)
         for example in examples
@@ -156,17 +139,17 @@ def evaluate(
                     lm=lm,
                     metric=metric,
                     sample=sample,
-                    rollout_id=derive_seed(namespace, task_id_of(example), sample),
+                    rollout_id=derive_seed(request.namespace, task_id_of(example), sample),
                     **sampling,
                 )
             )
         for future in as_completed(futures):
             rollout = future.result()
             rollouts.append(rollout)
-            if trace_path is not None:
-                append_jsonl(trace_path, rollout.to_dict())
-            if on_rollout is not None:
-                on_rollout(rollout)
+            if request.trace_path is not None:
+                append_jsonl(request.trace_path, rollout.to_dict())
+            if request.on_rollout is not None:
+                request.on_rollout(rollout)
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: unwind now, so the caller stops the server
         wait_for_running = False
         running = sum(future.running() for future in futures)
@@ -191,32 +174,7 @@ class InProcessEvaluator:
         self.threads = threads
         self.run_unvouched_in_process = run_unvouched_in_process
 
-    def evaluate(
-        self,
-        program: HarnessProgram,
-        examples: Sequence[dspy.Example],
-        *,
-        metric: Metric,
-        lm: dspy.BaseLM,
-        k: int,
-        namespace: str,
-        trace_path: Path | None = None,
-        on_rollout: Callable[[Rollout], None] | None = None,
-        done: Sequence[Rollout] = (),
-        **sampling: Any,
-    ) -> tuple[EvalReport, list[Rollout]]:
+    def evaluate(self, program: HarnessProgram, request: EvalRequest) -> tuple[EvalReport, list[Rollout]]:
         if self.run_unvouched_in_process:
             program = program.with_source(program.source.vouched())
-        return evaluate(
-            program,
-            examples,
-            metric=metric,
-            lm=lm,
-            k=k,
-            threads=self.threads,
-            namespace=namespace,
-            trace_path=trace_path,
-            on_rollout=on_rollout,
-            done=done,
-            **sampling,
-        )
+        return evaluate(program, request, threads=self.threads)

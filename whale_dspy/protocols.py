@@ -17,6 +17,7 @@ from whale_dspy.records import AdapterRef, ProposerUsage, SFTExample, TrainResul
 if TYPE_CHECKING:
     import dspy
 
+    from whale_dspy.eval_request import EvalRequest
     from whale_dspy.harness_source import HarnessSource
     from whale_dspy.sandbox.limits import SandboxLimits
 
@@ -161,22 +162,10 @@ class CandidateEvaluator(Protocol):
     `whale_dspy.evaluation.InProcessEvaluator` runs it in this process; the
     sandboxed evaluator runs the harness code in a contained child process.
     `limits`: what contains the code (its import allowlist, time limits), None in process.
-    `done`: rollouts an interrupted call of the same evaluation recorded; only the rest are run.
+    The request (`whale_dspy.eval_request.EvalRequest`) says what to run, and which rollouts an
+    interrupted call of the same evaluation already recorded.
     """
 
     limits: SandboxLimits | None
 
-    def evaluate(
-        self,
-        program: Any,
-        examples: Sequence[dspy.Example],
-        *,
-        metric: Callable[..., float],
-        lm: dspy.BaseLM,
-        k: int,
-        namespace: str,
-        trace_path: Path | None = None,
-        on_rollout: Callable[[Any], None] | None = None,
-        done: Sequence[Any] = (),
-        **sampling: Any,
-    ) -> tuple[Any, list[Any]]: ...
+    def evaluate(self, program: Any, request: EvalRequest) -> tuple[Any, list[Any]]: ...

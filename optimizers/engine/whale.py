@@ -19,7 +19,6 @@ from typing import Any
 
 import dspy
 from dspy.teleprompt import Teleprompter
-
 from optimizers.engine.auto import AutoRequest
 from optimizers.engine.budget import Budget, Declared
 from optimizers.engine.checkpoint import (
@@ -44,6 +43,7 @@ from optimizers.engine.schedules import Schedule, as_recorded_schedule
 from optimizers.engine.shared_evals import SharedEvaluations
 from whale_dspy.defaults import DEFAULT_EVAL_K, DEFAULT_TEMPERATURE, DEFAULT_THREADS
 from whale_dspy.errors import ConfigError
+from whale_dspy.evaluation import EvalRequest
 from whale_dspy.harness import HarnessProgram
 from whale_dspy.jsonl import repair_jsonl
 from whale_dspy.progress import heartbeat
@@ -420,13 +420,15 @@ class WhaleOptimizer(Teleprompter):
         """Run the evaluation: the fields an evaluation event records."""
         result, _ = self.evaluator.evaluate(
             program,
-            data.evalset,
-            metric=self.metric,
-            lm=program.bound_lm,
-            k=self.eval_k,
-            namespace=namespace,
-            trace_path=trace,
-            **{**CHECKPOINT_SAMPLING, **self.sampling},
+            EvalRequest(
+                data.evalset,
+                metric=self.metric,
+                lm=program.bound_lm,
+                k=self.eval_k,
+                namespace=namespace,
+                trace_path=trace,
+                sampling={**CHECKPOINT_SAMPLING, **self.sampling},
+            ),
         )
         return dict(
             mean_at_k=result.mean_at_k,

@@ -36,7 +36,6 @@ from typing import Any
 import dspy
 import numpy as np
 from dspy.teleprompt import Teleprompter
-
 from optimizers.harness.archive import (
     SMOKE_FILE,
     TRACES_FILE,
@@ -66,7 +65,7 @@ from optimizers.harness.validation import (
 )
 from optimizers.signals import HarnessIteration
 from whale_dspy.errors import BackendError, ConfigError
-from whale_dspy.evaluation import EvalReport
+from whale_dspy.evaluation import EvalReport, EvalRequest
 from whale_dspy.harness import HarnessProgram, HarnessSource, rename
 from whale_dspy.jsonl import read_jsonl, to_jsonable
 from whale_dspy.protocols import CandidateEvaluator, HarnessProposer
@@ -412,13 +411,15 @@ class MetaHarness(Teleprompter):
             try:
                 return self.evaluator.evaluate(
                     program,
-                    examples,
-                    metric=self.metric,
-                    lm=lm,
-                    k=k,
-                    namespace=namespace or f"meta-harness/{derive_seed(self.config.seed)}",
-                    trace_path=trace_path,
-                    temperature=self.config.temperature,
+                    EvalRequest(
+                        examples,
+                        metric=self.metric,
+                        lm=lm,
+                        k=k,
+                        namespace=namespace or f"meta-harness/{derive_seed(self.config.seed)}",
+                        trace_path=trace_path,
+                        sampling={"temperature": self.config.temperature},
+                    ),
                 )
             except (ConfigError, BackendError):
                 raise  # the caller's setup (the signature, the LM) or a dead server, not the candidate

@@ -29,12 +29,12 @@ from typing import Any
 
 import dspy
 from dspy.teleprompt import Teleprompter
-
 from optimizers.signals import WeightStep
 from optimizers.weights.config import RFTConfig
 from optimizers.weights.epochs import EpochBatches
 from optimizers.weights.sft_from_rollouts import accepted, sft_examples
 from whale_dspy.errors import BackendError, ConfigError, TrainingError
+from whale_dspy.evaluation import EvalRequest
 from whale_dspy.harness import HarnessProgram
 from whale_dspy.protocols import (
     CandidateEvaluator,
@@ -266,13 +266,15 @@ class RejectionSamplingFinetune(Teleprompter):
             _set_aside(traces)
         _, rollouts = self.evaluator.evaluate(
             program,
-            batch,
-            metric=self.metric,
-            lm=program.bound_lm,
-            k=self.config.k,
-            namespace=f"rft/{self.config.seed}/{step}",
-            trace_path=traces,
-            temperature=self.config.temperature,
+            EvalRequest(
+                batch,
+                metric=self.metric,
+                lm=program.bound_lm,
+                k=self.config.k,
+                namespace=f"rft/{self.config.seed}/{step}",
+                trace_path=traces,
+                sampling={"temperature": self.config.temperature},
+            ),
         )
         position = {str(e.get("task_id")): i for i, e in enumerate(batch)}
         return sorted(rollouts, key=lambda r: (position[r.task_id], r.sample))

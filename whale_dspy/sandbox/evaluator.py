@@ -11,18 +11,16 @@ in process.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import dspy
 
-from whale_dspy.evaluation import EvalReport, InProcessEvaluator, evaluate
+from whale_dspy.evaluation import EvalReport, EvalRequest, InProcessEvaluator, evaluate
 from whale_dspy.harness import HarnessSource, ToolsFactory
 from whale_dspy.protocols import Tools
 from whale_dspy.records import Rollout
-from whale_dspy.rollouts import Metric
 from whale_dspy.sandbox.limits import LONG_EVALUATION_SECONDS, SandboxLimits
 from whale_dspy.sandbox.session import CandidateSession
 from whale_dspy.sandbox.specs import adapter_name
@@ -72,36 +70,11 @@ class SandboxedEvaluator:
     def __init__(self, limits: SandboxLimits | None = None):
         self.limits = limits or SandboxLimits()
 
-    def evaluate(
-        self,
-        program: Any,
-        examples: Sequence[dspy.Example],
-        *,
-        metric: Metric,
-        lm: dspy.BaseLM,
-        k: int,
-        namespace: str,
-        trace_path: Path | None = None,
-        on_rollout: Callable[[Rollout], None] | None = None,
-        done: Sequence[Rollout] = (),
-        **sampling: Any,
-    ) -> tuple[EvalReport, list[Rollout]]:
+    def evaluate(self, program: Any, request: EvalRequest) -> tuple[EvalReport, list[Rollout]]:
         adapter_name(dspy.settings.adapter)  # a ConfigError now, not one per rollout
-        limits = self.limits.sized_for(len(examples) * k)
+        limits = self.limits.sized_for(len(request.examples) * request.k)
         with CandidateSession(program.source, program.signature, limits) as session:
-            return evaluate(
-                SandboxedProgram(program, session),  # type: ignore[arg-type]
-                examples,
-                metric=metric,
-                lm=lm,
-                k=k,
-                threads=limits.threads,
-                namespace=namespace,
-                trace_path=trace_path,
-                on_rollout=on_rollout,
-                done=done,
-                **sampling,
-            )
+            return evaluate(SandboxedProgram(program, session), request, threads=limits.threads)  # type: ignore[arg-type]
 
 
 class ContainedEvaluator:
@@ -119,9 +92,7 @@ class ContainedEvaluator:
         checkpoint's or a weight step's sampling); the CPU limit still stops a spinning candidate."""
         return cls(SandboxLimits(threads=threads, candidate_seconds=LONG_EVALUATION_SECONDS))
 
-    def evaluate(
-        self, program: Any, examples: Sequence[dspy.Example], **options: Any
-    ) -> tuple[EvalReport, list[Rollout]]:
+    def evaluate(self, program: Any, request: EvalRequest) -> tuple[EvalReport, list[Rollout]]:
         """`CandidateEvaluator.evaluate`, by the evaluator this program's code calls for."""
         chosen = self._in_process if program.source.trusted else self._sandboxed
-        return chosen.evaluate(program, examples, **options)
+        return chosen.evaluate(program, request)

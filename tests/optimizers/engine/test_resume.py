@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 
@@ -211,14 +212,14 @@ class CrashMidEvaluation:
     def __init__(self, n: int):
         self.inner, self.n, self.scored = InProcessEvaluator(threads=1, run_unvouched_in_process=True), n, 0
 
-    def evaluate(self, program, examples, *, metric, **options):
+    def evaluate(self, program, request):
         def killed_at_n(example, prediction, trace=None):
             self.scored += 1
             if self.scored == self.n:
                 raise KeyboardInterrupt
-            return metric(example, prediction, trace)
+            return request.metric(example, prediction, trace)
 
-        return self.inner.evaluate(program, examples, metric=killed_at_n, **options)
+        return self.inner.evaluate(program, dataclasses.replace(request, metric=killed_at_n))
 
 
 def assert_resumes_to(reference, run_dir, resumed) -> None:

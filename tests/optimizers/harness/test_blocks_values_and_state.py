@@ -19,6 +19,7 @@ from domains.math_problems import GradeSchoolMath, GSM8KDomain
 from optimizers.harness.proposers import blocks
 from optimizers.harness.proposers.edits import EDITS_BY_NAME
 from optimizers.weights.sft_from_rollouts import sft_examples
+from whale_dspy.evaluation import EvalRequest
 from whale_dspy.harness import HarnessProgram, HarnessSource
 from whale_dspy.protocols import STATEFUL_TOOL
 from whale_dspy.records import WINNING_SAMPLE
@@ -97,7 +98,7 @@ def test_the_legal_moves_constrain_a_sandboxed_candidate_too():
     lm = SchemaLM(['{"move": "e4"}', '{"move": "Nf3"}'])
     program = HarnessProgram(HarnessSource("edited", code), ChessPuzzle, chess_program(code).tools_factory)
     _, (rollout,) = SandboxedEvaluator(TEST_LIMITS).evaluate(
-        program, [puzzle()], metric=chess_metric, lm=lm, k=1, namespace="choices"
+        program, EvalRequest([puzzle()], metric=chess_metric, lm=lm, k=1, namespace="choices")
     )
     assert rollout.error is None and rollout.score == 1.0
     assert lm.schemas[0]["properties"]["move"]["enum"] == legal_san(chess.Board(START))
@@ -140,11 +141,7 @@ def test_blocks_that_rerun_the_harness_refuse_episode_state_here_and_in_the_sand
     here = run_rollout(chess_program(code), puzzle(), lm=lm, metric=chess_metric, sample=0, rollout_id=3)
     _, contained = SandboxedEvaluator(TEST_LIMITS).evaluate(
         HarnessProgram(HarnessSource("edited", code), ChessPuzzle, chess_program(code).tools_factory),
-        [puzzle()],
-        metric=chess_metric,
-        lm=lm,
-        k=1,
-        namespace="state",
+        EvalRequest([puzzle()], metric=chess_metric, lm=lm, k=1, namespace="state"),
     )
     for rollout in (here, *contained):
         assert "hold one episode's state" in rollout.error and "play_move" in rollout.error
@@ -162,11 +159,7 @@ def vote_rollouts(code: str, answers: tuple[str, ...] = VOTES) -> list:
     here = run_rollout(program, tasks(1)[0], lm=ScriptedLM(replies), metric=exact, sample=0, rollout_id=7)
     _, contained = SandboxedEvaluator(TEST_LIMITS).evaluate(
         HarnessProgram(HarnessSource("vote", code), QA),
-        tasks(1),
-        metric=exact,
-        lm=ScriptedLM(replies).copy(rollout_id=7),
-        k=1,
-        namespace="vote",
+        EvalRequest(tasks(1), metric=exact, lm=ScriptedLM(replies).copy(rollout_id=7), k=1, namespace="vote"),
     )
     return [here, *contained]
 

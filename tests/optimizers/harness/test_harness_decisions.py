@@ -77,12 +77,12 @@ class RecordingEvaluator(InProcessEvaluator):
         self.selection_calls: list[str] = []
         self.crash_at = crash_at
 
-    def evaluate(self, program, examples, **kwargs):
-        if "-selection" in str(kwargs.get("trace_path")):
+    def evaluate(self, program, request):
+        if "-selection" in str(request.trace_path):
             if self.crash_at is not None and len(self.selection_calls) == self.crash_at:
                 raise Crash
-            self.selection_calls.append(kwargs["trace_path"].name)
-        return super().evaluate(program, examples, **kwargs)
+            self.selection_calls.append(request.trace_path.name)
+        return super().evaluate(program, request)
 
 
 def meta(tmp_path, proposer, evaluator=None, **fields) -> MetaHarness:
@@ -146,10 +146,10 @@ def test_an_incumbent_that_breaks_in_the_race_adopts_nothing(tmp_path):
     breaks = RecordingEvaluator()
     original = breaks.evaluate
 
-    def evaluate(program, examples, **kwargs):
-        if "-selection" in str(kwargs.get("trace_path")) and program.source.name != "c0001":
+    def evaluate(program, request):
+        if "-selection" in str(request.trace_path) and program.source.name != "c0001":
             raise RuntimeError("the server went away")
-        return original(program, examples, **kwargs)
+        return original(program, request)
 
     breaks.evaluate = evaluate
     (_, _), (signal, program) = run(meta(tmp_path, Scripted(SOLVES), breaks), 2)
@@ -224,9 +224,9 @@ class CutAfterSpending(RecordingEvaluator):
         super().__init__()
         self.cut_at, self.cut_rollouts = cut_at, 0
 
-    def evaluate(self, program, examples, **kwargs):
-        result = super().evaluate(program, examples, **kwargs)
-        if "-selection" in str(kwargs["trace_path"]) and len(self.selection_calls) == self.cut_at + 1:
+    def evaluate(self, program, request):
+        result = super().evaluate(program, request)
+        if "-selection" in str(request.trace_path) and len(self.selection_calls) == self.cut_at + 1:
             self.cut_rollouts = len(result[1])
             raise Crash
         return result

@@ -74,9 +74,9 @@ class CountingEvaluator(InProcessEvaluator):
         super().__init__(threads=2, run_unvouched_in_process=True)
         self.programs: list[str] = []
 
-    def evaluate(self, program, examples, **kwargs):
+    def evaluate(self, program, request):
         self.programs.append(program.source.name)
-        return super().evaluate(program, examples, **kwargs)
+        return super().evaluate(program, request)
 
 
 def test_iteration_zero_scores_the_incoming_harness_and_student_is_unchanged(tmp_path):

@@ -18,7 +18,7 @@ from optimizers.harness.proposers.demos import call_fields, demos_from
 from optimizers.harness.proposers.diagnosis import indicated_edits, symptoms
 from optimizers.harness.proposers.edits import EDITS_BY_NAME, FEW_SHOT_HYPOTHESIS, few_shot
 from whale_dspy.errors import ConfigError
-from whale_dspy.evaluation import evaluate
+from whale_dspy.evaluation import EvalRequest, evaluate
 from whale_dspy.harness import HarnessProgram, HarnessSource
 from whale_dspy.records import LMCall, Rollout, ToolCall
 from whale_dspy.rollouts import run_rollout
@@ -146,15 +146,12 @@ def test_the_harness_owns_its_sampling_up_to_the_sandbox_ceiling():
     lm = ScriptedLM({"": {"answer": "4"}})
     program = HarnessProgram(HarnessSource("huge", huge), QA)
     _, contained = SandboxedEvaluator(TEST_LIMITS).evaluate(
-        program, tasks(2), metric=exact, lm=lm.copy(temperature=1.0, max_tokens=64), k=1, namespace="s"
+        program,
+        EvalRequest(tasks(2), metric=exact, lm=lm.copy(temperature=1.0, max_tokens=64), k=1, namespace="s"),
     )
     _, here = evaluate(
         program.vouched(),
-        tasks(2),
-        metric=exact,
-        lm=lm.copy(temperature=1.0, max_tokens=64),
-        k=1,
-        namespace="s",
+        EvalRequest(tasks(2), metric=exact, lm=lm.copy(temperature=1.0, max_tokens=64), k=1, namespace="s"),
     )
     for rollout in contained:
         assert rollout.lm_calls[0].sampling["temperature"] == 0.0
@@ -223,9 +220,9 @@ def test_few_shot_candidates_run_the_same_in_the_sandbox(tmp_path):
         if "few_shot" in s.name
     )
     lm = ScriptedLM({"": {"answer": "4"}})
-    options = dict(metric=exact, lm=lm, k=1, namespace="shots")
-    _, contained = SandboxedEvaluator(TEST_LIMITS).evaluate(HarnessProgram(shots, QA), tasks(4), **options)
-    _, here = evaluate(HarnessProgram(shots.vouched(), QA), tasks(4), **options)
+    request = EvalRequest(tasks(4), metric=exact, lm=lm, k=1, namespace="shots")
+    _, contained = SandboxedEvaluator(TEST_LIMITS).evaluate(HarnessProgram(shots, QA), request)
+    _, here = evaluate(HarnessProgram(shots.vouched(), QA), request)
 
     def prompts(rollouts):
         return sorted(json.dumps(r.lm_calls[0].messages) for r in rollouts)

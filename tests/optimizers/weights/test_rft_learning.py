@@ -17,7 +17,7 @@ import dspy
 import pytest
 
 from optimizers import RejectionSamplingFinetune, RFTConfig
-from whale_dspy.evaluation import EvalReport, evaluate
+from whale_dspy.evaluation import EvalReport, EvalRequest, evaluate
 from whale_dspy.harness import HarnessProgram
 from whale_dspy.rundir import RunDir
 from whale_dspy.stats import paired_gain
@@ -32,7 +32,11 @@ SEED = 0
 
 def held_out(program: HarnessProgram, tasks: list[dspy.Example], lm: dspy.BaseLM) -> EvalReport:
     report, _ = evaluate(
-        program, tasks, metric=echo_metric, lm=lm, k=EVAL_K, temperature=1.0, threads=8, namespace="held-out"
+        program,
+        EvalRequest(
+            tasks, metric=echo_metric, lm=lm, k=EVAL_K, namespace="held-out", sampling={"temperature": 1.0}
+        ),
+        threads=8,
     )
     return report
 
