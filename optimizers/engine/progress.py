@@ -26,6 +26,8 @@ class ProgressLines:
         """The open phase ("weight phase (cycle 1)"), None before the first and after the last."""
         self.units = 0
         """Units (weight steps, harness iterations) the open phase has made."""
+        self.next_step: int | None = 0
+        """The number the next weight step's line will carry (unknown on resume until a step)."""
 
     def __call__(self, event: dict[str, Any]) -> None:
         line = self.line(event)
@@ -37,7 +39,8 @@ class ProgressLines:
         if self.phase is None:
             return "scoring the program on the tracked tasks"
         if self.phase.startswith("weight"):
-            return f"in weight step {self.units + 1} of the {self.phase}: sampling rollouts and training"
+            step = "a weight step" if self.next_step is None else f"weight step {self.next_step}"
+            return f"in {step} of the {self.phase}: sampling rollouts and training"
         if self.units == 0:
             return f"in the {self.phase}: scoring its incoming harness"
         return f"in harness decision {self.units} of the {self.phase}: proposing and racing candidates"
@@ -46,6 +49,7 @@ class ProgressLines:
         kind = event["kind"]
         if kind in ("run_started", "run_resumed"):
             self.rollouts = event.get("rollouts", 0)
+            self.next_step = 0 if kind == "run_started" else None
         elif kind in ("weight_step", "harness_iteration"):
             self.rollouts += event["signal"]["rollouts"]
             self.units += 1
@@ -63,6 +67,7 @@ class ProgressLines:
             return f"{phase} ended without a {UNIT[event['phase']]}: {why}; {spent}"
         if kind == "weight_step":
             step = event["signal"]
+            self.next_step = step["step"] + 1
             return (
                 f"weight step {step['step']}: kept {step['accepted']} of {step['rollouts']} rollouts "
                 f"(mean reward {step['mean_reward']:.3f}); {spent}"

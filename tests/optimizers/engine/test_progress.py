@@ -72,8 +72,9 @@ def test_the_heartbeat_names_the_unit_under_way_and_an_empty_phase_says_why():
         said.append(progress.line(event))
         doing.append(progress.doing())
     assert doing[0] == "scoring the program on the tracked tasks"
-    assert doing[1].startswith("in weight step 1 of the weight phase (cycle 0)")
-    assert doing[2].startswith("in weight step 2 of")
+    # numbered as the step's own line will be ("weight step 0: kept ...")
+    assert doing[1].startswith("in weight step 0 of the weight phase (cycle 0)")
+    assert doing[2].startswith("in weight step 1 of")
     assert doing[4] == "in the harness phase (cycle 0): scoring its incoming harness"
     assert doing[5].startswith("in harness decision 1 of the harness phase (cycle 0)")
     assert said[3] is None and said[6] is None  # phases that made a unit end silently
