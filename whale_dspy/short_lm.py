@@ -22,11 +22,21 @@ def LM(  # noqa: N802 - named as dspy.LM, which it stands in for
 ) -> dspy.BaseLM:
     """An LM on `model` served by our backend and trainable through its provider.
 
-    `model`: an embedded model's name (smollm2-135m, qwen2.5-coder-0.5b), a local safetensors
-    folder or a hub id. `url`: a running `whale serve` / vLLM server for it (default: start the
-    embedded server now, stopped when the process exits). `folder`: where the server's log and
-    the provider's own fine-tunes go (default a new temporary folder, logged). `sampling`:
-    request settings of this LM (e.g. max_tokens); a WhaleOptimizer run rebinds its own.
+    Args:
+        model: An embedded model's name (smollm2-135m, qwen2.5-coder-0.5b), a local safetensors
+            folder or a hub id.
+        url: A running `whale serve` / vLLM server for it (default: start the embedded server now,
+            stopped when the process exits).
+        folder: Where the server's log and the provider's own fine-tunes go (default a new
+            temporary folder, logged).
+        **sampling: Request settings of this LM (e.g. max_tokens); a WhaleOptimizer run rebinds its own.
+
+    Returns:
+        The LM, its provider a WhaleProvider over the server and a LoRA trainer.
+
+    Raises:
+        ConfigError: `model` is none of an embedded name, a folder or a hub id.
+        BackendError: The embedded server did not start.
     """
     from whale_dspy.backends import RemoteServer, WhaleProvider, embedded_server
     from whale_dspy.backends.vllm_server import cpu_build

@@ -19,6 +19,7 @@ from typing import Any
 
 import dspy
 from dspy.teleprompt import Teleprompter
+
 from optimizers.engine.auto import AutoRequest
 from optimizers.engine.budget import Budget, Declared
 from optimizers.engine.checkpoint import (
@@ -92,29 +93,48 @@ class WhaleOptimizer(Teleprompter):
         sampling: dict[str, Any] | None = None,
         budget_unit: str = "rollouts",
     ):
-        """The short form: `WhaleOptimizer(metric=metric, auto="light")`. The explicit form: the
-        phases, schedule, budget and evaluation cadence given (optimizers.engine.assembly builds them
+        """Two forms, so a first try needs only a metric and a study can fix every part of the run.
+
+        The short form, `WhaleOptimizer(metric=metric, auto="light")`, is built when `compile` finds
+        the backend; it prints a line per weight step, harness decision and checkpoint, tracks the
+        valset when no `track` is given, and ends with `report.summary()`. The explicit form gives
+        the phases, schedule, budget and evaluation cadence (optimizers.engine.assembly builds them
         from a RunSettings as `whale run` does).
 
-        `metric(example, prediction, trace=None) -> float`, passed once: the phases get it.
-        `auto`: "light", "medium" or "heavy" (optimizers.engine.auto): budget, schedule, phase sizes and
-        sampling for this kind of machine, built when `compile` finds the backend; default None
-        (the explicit form). `backend`: the server; default (short form) the student's LM's
-        WhaleProvider's. `run_dir`: where config, events, checkpoints, adapters and the
-        harness archive go; required in the explicit form, `whale_runs/<program>-<time>` under the
-        working directory (said at the start) in the short form, which also prints a line per weight
-        step, harness decision and checkpoint, tracks the valset when no `track` is given, and ends
-        with `report.summary()`. `schedule` (optimizers.engine.schedules), `budget` (in
-        `budget_unit`s: rollouts, policy LM `calls` or completion `tokens`), `eval_every` (checkpoint
-        evaluations every this many of them): required in the explicit form. `weight_phase`,
-        `harness_phase`: the phases `method` needs ("whale" needs both; optimizers.engine.methods).
-        `eval_k` (default 8) samples per tracked task at each checkpoint, by `evaluator` (default a
-        contained evaluator with `eval_threads`, default 8). `config`: extra fields recorded in the
-        run's config.json. `on_event`: called with each event recorded. `shared_evals`:
-        evaluations other runs already measured. `sampling`: LM request settings for every
-        program this run binds and every checkpoint evaluation, so each checkpoint is measured
-        under one completion budget whichever phase produced it; default the weight phase's
-        own (`WeightPhase.sampling()`), so the start is measured as the weight checkpoints are.
+        Args:
+            metric: `metric(example, prediction, trace=None) -> float`, passed once: the phases get it.
+            auto: "light", "medium" or "heavy" (optimizers.engine.auto): budget, schedule, phase
+                sizes and sampling for this kind of machine; default None (the explicit form).
+            backend: The server; default (short form only) the student's LM's WhaleProvider's.
+            run_dir: Where config, events, checkpoints, adapters and the harness archive go; required
+                in the explicit form; default (short form) `whale_runs/<program>-<time>` under the
+                working directory, said at the start.
+            schedule: When each phase runs (optimizers.engine.schedules); required in the explicit form.
+            budget: The run's budget in `budget_unit`s; required in the explicit form.
+            eval_every: A checkpoint evaluation every this many budget units; required in the
+                explicit form.
+            weight_phase: The weight phase, where `method` needs one.
+            harness_phase: The harness phase, where `method` needs one ("whale" needs both;
+                optimizers.engine.methods).
+            method: A method name or a Method (default "whale"); explicit form only.
+            eval_k: Samples per tracked task at each checkpoint (default 8); explicit form only.
+            eval_threads: The default evaluator's threads (default 8); explicit form only.
+            evaluator: Scores the checkpoints (default a contained evaluator with `eval_threads`);
+                explicit form only.
+            config: Extra fields recorded in the run's config.json; explicit form only.
+            on_event: Called with each event recorded.
+            shared_evals: Evaluations other runs already measured; explicit form only.
+            sampling: LM request settings for every program the run binds and every checkpoint
+                evaluation, so each checkpoint is measured under one completion budget; default the
+                weight phase's own (`WeightPhase.sampling()`).
+            budget_unit: What `budget` counts: "rollouts" (default), policy LM "calls" or
+                completion "tokens"; explicit form only.
+
+        Raises:
+            ConfigError: `auto` given with any of schedule, budget, eval_every, weight_phase,
+                harness_phase or sampling; the explicit form missing backend, schedule, budget,
+                run_dir or eval_every; a bad method, budget, `eval_every` or `eval_k`; or no phase
+                of a kind `method` needs.
         """
         super().__init__()
         self.metric, self.report = metric, None
@@ -219,13 +239,26 @@ class WhaleOptimizer(Teleprompter):
     ) -> HarnessProgram:
         """Run (or continue) the alternation until the budget is spent; the result is a HarnessProgram.
 
-        `student`: any dspy.Module (see `whale_dspy.student`). `trainset`: the weight phase's
-        tasks. `valset`: the harness search's tasks (default: half of `trainset`, chosen by task
-        id, when the method searches harnesses). `track`: held-out tasks scored every
-        `eval_every` rollouts and at the end, the run's curve (default none). `track_name`: what
-        that split is called in the records ("val" for the validation tasks a study selects on).
-        `resume`: continue the run recorded in `run_dir`. `searchset`/`testset`: deprecated
-        spellings of `valset`/`track` (see optimizers.engine.compile_sets).
+        Args:
+            student: Any dspy.Module (see `whale_dspy.student`).
+            trainset: The weight phase's tasks.
+            valset: The harness search's tasks (default: half of `trainset`, chosen by task id, when
+                the method searches harnesses).
+            track: Held-out tasks scored every `eval_every` rollouts and at the end, the run's curve
+                (default none; the short form then scores the valset at the start and the end).
+            track_name: What the `track` split is called in the records (default "test"; "val" for
+                the validation tasks a study selects on).
+            resume: Continue the run recorded in `run_dir` (default False).
+            searchset: Deprecated spelling of `valset` (see optimizers.engine.compile_sets).
+            testset: Deprecated spelling of `track`.
+
+        Returns:
+            The final program, with the run's WhaleReport as `.report`.
+
+        Raises:
+            ConfigError: An empty `trainset` or `valset` the method needs; `resume` where `run_dir`
+                holds no run; a run folder another process is writing or started with another
+                configuration; or the short form finding no backend.
         """
         short, watch = self.auto is not None, contextlib.nullcontext()
         if short:  # the short form: built now that the student names its backend

@@ -36,6 +36,7 @@ from typing import Any
 import dspy
 import numpy as np
 from dspy.teleprompt import Teleprompter
+
 from optimizers.harness.archive import (
     SMOKE_FILE,
     TRACES_FILE,
@@ -129,13 +130,20 @@ class MetaHarness(Teleprompter):
         lm: dspy.BaseLM | None = None,
         evaluator: CandidateEvaluator | None = None,
     ):
-        """`proposer`: writes candidate harnesses from the archive (optimizers.harness.proposers).
-        `metric(example, prediction, trace=None) -> float`: scores each rollout. `archive_dir`:
-        every candidate, its scores and traces (on its own; inside WhaleOptimizer the run
-        folder's `harness/phase-NNN` instead). `config`: sizes and the decision rule (default
-        `MetaHarnessConfig()`). `lm`: the policy LM candidates run on (default the student's
-        bound LM, else DSPy's configured one). `evaluator`: scores candidates (default a
-        sandboxed one: candidates are model-written code)."""
+        """The harness phase: search the harness code, so a program improves without new weights.
+
+        Used alone or as WhaleOptimizer's `harness_phase`.
+
+        Args:
+            proposer: Writes candidate harnesses from the archive (optimizers.harness.proposers).
+            metric: `metric(example, prediction, trace=None) -> float`: scores each rollout.
+            archive_dir: Holds every candidate, its scores and traces (on its own; inside
+                WhaleOptimizer the run folder's `harness/phase-NNN` instead).
+            config: Sizes and the decision rule (default `MetaHarnessConfig()`).
+            lm: The policy LM candidates run on (default the student's bound LM, else DSPy's
+                configured one).
+            evaluator: Scores candidates (default a sandboxed one: candidates are model-written code).
+        """
         super().__init__()
         self.proposer = proposer
         self.metric = metric

@@ -29,6 +29,7 @@ from typing import Any
 
 import dspy
 from dspy.teleprompt import Teleprompter
+
 from optimizers.signals import WeightStep
 from optimizers.weights.config import RFTConfig
 from optimizers.weights.epochs import EpochBatches
@@ -105,15 +106,21 @@ class RejectionSamplingFinetune(Teleprompter):
         base: str | None = None,
         evaluator: CandidateEvaluator | None = None,
     ):
-        """`backend`: the server that samples and serves each adapter. `trainer`: trains each
-        step's LoRA adapter (LoraTrainer; FakeTrainer in tests). `metric(example, prediction,
-        trace=None) -> float`: a rollout is trained on when it scores above
-        `config.accept_threshold`. `config`: sizes and sampling (default `RFTConfig()`).
-        `run_dir`: where adapters, traces and step events are written (default: the folder of the
-        WhaleOptimizer run it is part of; alone, a temporary folder).
-        `base`: the base model path the trainer loads; default the backend's `base_model`.
-        `evaluator`: runs the sampling; by default a ContainedEvaluator with `config.threads`, so a
-        harness the search wrote samples in the sandbox and its rollouts are what gets trained on."""
+        """The weight phase: train on the policy's own passing rollouts, so the weights learn the task.
+
+        Args:
+            backend: The server that samples and serves each adapter.
+            trainer: Trains each step's LoRA adapter (LoraTrainer; FakeTrainer in tests).
+            metric: `metric(example, prediction, trace=None) -> float`: a rollout is trained on when
+                it scores above `config.accept_threshold`.
+            config: Sizes and sampling (default `RFTConfig()`).
+            run_dir: Where adapters, traces and step events are written (default: the folder of the
+                WhaleOptimizer run it is part of; alone, a temporary folder).
+            base: The base model path the trainer loads (default the backend's `base_model`).
+            evaluator: Runs the sampling (default a ContainedEvaluator with `config.threads`, so a
+                harness the search wrote samples in the sandbox and its rollouts are what gets
+                trained on).
+        """
         super().__init__()
         self.backend = backend
         self.trainer = trainer
