@@ -38,13 +38,13 @@ def server() -> FakeBackend:
 
 
 def rft(
-    backend: FakeBackend, tmp_path, trainer: FakeTrainer | None = None, **config
+    backend: FakeBackend, tmp_path, trainer: FakeTrainer | None = None, metric=exact, **config
 ) -> RejectionSamplingFinetune:
     settings = {"batch_size": 2, "k": 2, "threads": 2, "run_tag": "ut", "steps": 1, **config}
     return RejectionSamplingFinetune(
         backend=backend,
         trainer=trainer or FakeTrainer(),
-        metric=exact,
+        metric=metric,
         config=RFTConfig(**settings),
         run_dir=RunDir.open(tmp_path / "rft", {"test": True}),
         base="base-model",
@@ -106,16 +106,17 @@ def test_demos_set_on_the_program_reach_every_rollout(tmp_path):
 
 
 def test_whale_optimizer_compiles_the_users_program(tmp_path):
+    """The explicit form, the metric passed once: the phases score with the optimizer's, and each
+    harness phase archives under the run folder (no archive_dir)."""
     backend = server()
     config = MetaHarnessConfig.paper(candidates=1, tasks=2, smoke_tasks=1, threads=2, timeout_s=60)
     seed = as_harness(LookupQA(lookup, notes=1))
     meta = MetaHarness(
         proposer=ScriptedProposer([[rewritten(seed, "in a few words", "in one word")]] * 3),
-        metric=exact,
-        archive_dir=tmp_path / "unused",
         config=config,
         evaluator=sandboxed_evaluator(config, startup_seconds=60),
     )
+    weights = rft(backend, tmp_path, metric=None)
     optimizer = WhaleOptimizer(
         backend=backend,
         metric=exact,
@@ -125,12 +126,14 @@ def test_whale_optimizer_compiles_the_users_program(tmp_path):
         eval_every=8,
         eval_k=1,
         eval_threads=2,
-        weight_phase=rft(backend, tmp_path),
+        weight_phase=weights,
         harness_phase=meta,
     )
+    assert meta.metric is exact and weights.metric is exact
     program = optimizer.compile(
         LookupQA(lookup, notes=1), trainset=questions(2), valset=questions(2), track=questions(2)
     )
+    assert (tmp_path / "run" / "harness" / "phase-001").is_dir()
     assert [p.phase for p in program.report.phases][:2] == ["weight", "harness"]
     assert (
         program.report.curve[-1].mean_at_k == 1.0 and program.report.curve[-1].adapter == program.adapter_name
@@ -259,3 +262,15 @@ def test_compile_refuses_a_bad_student_or_metric_before_any_rollout(tmp_path):
     with pytest.raises(ConfigError, match="trace=None"):
         weight.compile(LookupQA(lookup), trainset=questions(2))
     assert list(itertools.chain(backend.loaded)) == []
+
+
+def test_a_phase_run_alone_asks_for_what_the_optimizer_would_give(tmp_path):
+    backend = server()
+    alone = MetaHarness(proposer=ScriptedProposer([]), archive_dir=tmp_path / "archive")
+    with pytest.raises(ConfigError, match="MetaHarness needs metric="):
+        alone.compile(LookupQA(lookup, notes=1), trainset=questions(2))
+    no_archive = MetaHarness(proposer=ScriptedProposer([]), metric=exact)
+    with pytest.raises(ConfigError, match="MetaHarness needs archive_dir="):
+        no_archive.compile(LookupQA(lookup, notes=1), trainset=questions(2))
+    with pytest.raises(ConfigError, match="RejectionSamplingFinetune needs metric="):
+        rft(backend, tmp_path, metric=None).compile(LookupQA(lookup, notes=1), trainset=questions(2))

@@ -86,6 +86,8 @@ def student(server: FakeBackend) -> HarnessProgram:
 
 
 class FakeWeightPhase:
+    metric = None  # a phase's metric: the engine gives it its own
+
     def __init__(
         self,
         server: FakeBackend,
@@ -150,6 +152,8 @@ class FakeWeightPhase:
 
 class FakeHarnessPhase:
     """M candidates per iteration; candidate scores come from `scores(phase_dir_name, iteration)`."""
+
+    metric = None
 
     def __init__(
         self,

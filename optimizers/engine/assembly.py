@@ -39,13 +39,13 @@ def proposer_lm(model: str, backend: InferenceBackend | None) -> Any:
 def make_phases(
     settings: RunSettings,
     backend: InferenceBackend,
-    metric: Callable,
     run_dir: Path,
     trainer: WeightTrainer | None = None,
     base: str | None = None,
 ) -> tuple:
     """(weight phase, harness phase, their configs) sized by the preset; `trainer` default: a
-    LoraTrainer on the preset's training settings; `base` default: what the backend serves."""
+    LoraTrainer on the preset's training settings; `base` default: what the backend serves. The
+    phases score with the optimizer's metric, and each harness phase archives under the run."""
     from optimizers.engine.methods import get_method
     from optimizers.harness.meta_harness import MetaHarness, sandboxed_evaluator
     from optimizers.harness.proposers import ProposerOptions, proposer_from_spec
@@ -61,7 +61,6 @@ def make_phases(
     rft = RejectionSamplingFinetune(
         backend=backend,
         trainer=trainer or _lora_trainer(settings, rft_config, backend),
-        metric=metric,
         config=rft_config,
         run_dir=RunDir(run_dir),
         base=base,
@@ -74,8 +73,6 @@ def make_phases(
     )
     meta = MetaHarness(
         proposer=proposer_from_spec(settings.proposer, options),
-        metric=metric,
-        archive_dir=run_dir / "harness",
         config=meta_config,
         evaluator=sandboxed_evaluator(meta_config),  # candidate code runs in a contained child
     )
@@ -108,7 +105,7 @@ def optimizer_kwargs(
     from optimizers.harness.meta_harness import sandbox_limits
     from whale_dspy.sandbox import LONG_EVALUATION_SECONDS, ContainedEvaluator
 
-    weight, harness, configs = make_phases(settings, backend, metric, run_dir, trainer, base)
+    weight, harness, configs = make_phases(settings, backend, run_dir, trainer, base)
     # Checkpoint evaluations run searched (model-written) harnesses: contained, with room for k x tasks.
     limits = sandbox_limits(
         harness.config, candidate_seconds=LONG_EVALUATION_SECONDS, threads=DEFAULT_THREADS

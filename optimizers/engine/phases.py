@@ -24,10 +24,14 @@ from optimizers.engine.schedules import Schedule
 from optimizers.signals import HarnessIteration, WeightStep, search_stalled
 from whale_dspy.harness import HarnessProgram
 from whale_dspy.records import AdapterRef
+from whale_dspy.rollouts import Metric
 from whale_dspy.rundir import RunDir
 
 
 class WeightPhase(Protocol):
+    metric: Metric | None
+    """None until the engine gives it the optimizer's (a metric passed once)."""
+
     def sampling(self) -> dict[str, Any]: ...  # the LM settings its checkpoints are bound under
     # for one run: write adapters, traces and step records into the run's folder unless given one
     def writing_into(self, run_dir: RunDir) -> AbstractContextManager[None]: ...
@@ -46,6 +50,8 @@ class WeightPhase(Protocol):
 
 
 class HarnessPhase(Protocol):
+    metric: Metric | None
+
     def rollouts_per_iteration(self, searchset: Sequence[dspy.Example], iteration: int) -> int: ...
 
     def iterations(

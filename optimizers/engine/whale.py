@@ -218,6 +218,9 @@ class WhaleOptimizer(Teleprompter):
         if missing:
             raise ConfigError(f"method {self.method.name!r} needs a {' and a '.join(missing)} phase")
         self.backend, self.metric, self.schedule = backend, metric, schedule
+        for phase in (weight_phase, harness_phase):  # the metric is passed once: phases take it here
+            if phase is not None and phase.metric is None:
+                phase.metric = metric
         self.weight_phase, self.harness_phase = weight_phase, harness_phase
         self.run_dir, self.eval_every, self.eval_k = Path(run_dir), eval_every, eval_k
         # Searched harnesses are model-written code: checkpoint evaluations score them contained.

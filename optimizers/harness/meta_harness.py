@@ -124,8 +124,8 @@ class MetaHarness(Teleprompter):
         self,
         *,
         proposer: HarnessProposer,
-        metric: Callable[..., float],
-        archive_dir: str | Path,
+        metric: Callable[..., float] | None = None,
+        archive_dir: str | Path | None = None,
         config: MetaHarnessConfig | None = None,
         lm: dspy.BaseLM | None = None,
         evaluator: CandidateEvaluator | None = None,
@@ -136,9 +136,10 @@ class MetaHarness(Teleprompter):
 
         Args:
             proposer: Writes candidate harnesses from the archive (optimizers.harness.proposers).
-            metric: `metric(example, prediction, trace=None) -> float`: scores each rollout.
-            archive_dir: Holds every candidate, its scores and traces (on its own; inside
-                WhaleOptimizer the run folder's `harness/phase-NNN` instead).
+            metric: `metric(example, prediction, trace=None) -> float`: scores each rollout
+                (required alone; inside WhaleOptimizer default the optimizer's).
+            archive_dir: Holds every candidate, its scores and traces (required alone; inside
+                WhaleOptimizer each phase archives in the run folder's `harness/phase-NNN`).
             config: Sizes and the decision rule (default `MetaHarnessConfig()`).
             lm: The policy LM candidates run on (default the student's bound LM, else DSPy's
                 configured one).
@@ -147,7 +148,7 @@ class MetaHarness(Teleprompter):
         super().__init__()
         self.proposer = proposer
         self.metric = metric
-        self.archive_dir = Path(archive_dir)
+        self.archive_dir = Path(archive_dir) if archive_dir is not None else None
         self.config = config or MetaHarnessConfig()
         self.lm = lm
         self.evaluator = evaluator if evaluator is not None else sandboxed_evaluator(self.config)
@@ -166,13 +167,13 @@ class MetaHarness(Teleprompter):
             if stopped:
                 reason = stopped
                 break
-        archive = HarnessArchive(self.archive_dir)
+        archive = HarnessArchive(self._archive_dir(None))
         incumbent = history[-1].best_name if history else ROOT
         self.report = MetaHarnessReport(
             iterations=tuple(history),
             best=archive.get(incumbent) if incumbent in archive else None,
             h0_score=archive.get(ROOT).scores.mean if ROOT in archive else 0.0,
-            archive_dir=str(self.archive_dir),
+            archive_dir=str(archive.path),
             rollouts=sum(s.rollouts for s in history),
             proposer_calls=sum(s.proposer_calls for s in history),
             proposer_tokens=functools.reduce(add_counts, (s.proposer_tokens for s in history), 0),
@@ -208,8 +209,9 @@ class MetaHarness(Teleprompter):
         re-evaluation) and continues where it stopped. `archive_dir` overrides the
         constructor's, so the alternation gives every harness phase its own archive.
         """
+        folder = self._archive_dir(archive_dir)  # refused before any work when there is none
         student, lm, slices = self._check_inputs(program, searchset)
-        archive = HarnessArchive(Path(archive_dir) if archive_dir is not None else self.archive_dir)
+        archive = HarnessArchive(folder)
         self._check_root(archive, student.source)
         selection_folder(archive.path).mkdir(parents=True, exist_ok=True)
         slices = slices.as_recorded(selection_folder(archive.path), searchset)
@@ -237,7 +239,17 @@ class MetaHarness(Teleprompter):
             record_iteration(archive, signal, [*spent.failures, *([error] if error else [])])
             yield signal, self._program(student, archive, incumbent)
 
+    def _archive_dir(self, given: Path | None) -> Path:
+        folder = given if given is not None else self.archive_dir
+        if folder is None:
+            raise ConfigError(
+                "MetaHarness needs archive_dir= when it runs alone (a WhaleOptimizer gives its own)"
+            )
+        return Path(folder)
+
     def _check_inputs(self, student: dspy.Module, searchset: Sequence[dspy.Example]):
+        if self.metric is None:
+            raise ConfigError("MetaHarness needs metric= when it runs alone (a WhaleOptimizer gives its own)")
         check_metric(self.metric)
         program = as_harness(student, examples=searchset)
         lm = self.lm or program.bound_lm or dspy.settings.lm

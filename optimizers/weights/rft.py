@@ -100,7 +100,7 @@ class RejectionSamplingFinetune(Teleprompter):
         *,
         backend: InferenceBackend,
         trainer: WeightTrainer,
-        metric: Metric,
+        metric: Metric | None = None,
         config: RFTConfig | None = None,
         run_dir: RunDir | None = None,
         base: str | None = None,
@@ -112,7 +112,8 @@ class RejectionSamplingFinetune(Teleprompter):
             backend: The server that samples and serves each adapter.
             trainer: Trains each step's LoRA adapter (LoraTrainer; FakeTrainer in tests).
             metric: `metric(example, prediction, trace=None) -> float`: a rollout is trained on when
-                it scores above `config.accept_threshold`.
+                it scores above `config.accept_threshold` (required alone; inside WhaleOptimizer
+                default the optimizer's).
             config: Sizes and sampling (default `RFTConfig()`).
             run_dir: Where adapters, traces and step events are written (default: the folder of the
                 WhaleOptimizer run it is part of; alone, a temporary folder).
@@ -176,6 +177,10 @@ class RejectionSamplingFinetune(Teleprompter):
         a student on an adapter this optimizer trained continues from it. `resume`: continue the
         steps `run_dir` recorded (a run stopped by a crash or a session's end) from the adapter its
         last step served, for the steps it still lacks; the report holds every step."""
+        if self.metric is None:
+            raise ConfigError(
+                "RejectionSamplingFinetune needs metric= when it runs alone (a WhaleOptimizer gives its own)"
+            )
         check_metric(self.metric)
         student = as_harness(student, examples=trainset)
         done = self._recorded_steps() if resume else []
