@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-from test_student import exact, lookup, questions, scripted
+from student_helpers import exact, lookup, questions, scripted
 from user_programs import LookupQA
 from whale_helpers import toy_evaluator
 

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from test_gpu_sizing import QWEN3_4B, QWEN25_05B
+from gpu_sizing_helpers import QWEN3_4B, QWEN25_05B
 
 from optimizers.engine.config import RunSettings
 from whale_cli.main import build_parser, main

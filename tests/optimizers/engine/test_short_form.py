@@ -11,8 +11,8 @@ from pathlib import Path
 
 import dspy
 import pytest
+from student_helpers import exact, lookup, questions, scripted
 from test_one_sampling import checkpoint_sampling
-from test_student import exact, lookup, questions, scripted
 from user_programs import LookupQA
 
 from optimizers.engine.config import RunSettings
@@ -57,7 +57,7 @@ def test_the_short_form_compiles_a_users_program_with_its_lms_backend(short_run)
 USERS_SCRIPT = """
 import sys
 sys.path.insert(0, {tests!r})
-from test_student import exact, lookup, questions, scripted
+from student_helpers import exact, lookup, questions, scripted
 from user_programs import LookupQA
 from optimizers import WhaleOptimizer
 from whale_dspy.backends import WhaleProvider

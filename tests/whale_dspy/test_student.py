@@ -4,38 +4,13 @@ from __future__ import annotations
 
 import dspy
 import pytest
+from student_helpers import exact, lookup, questions, scripted
 from user_programs import HiddenArgument, HoldsAClient, LookupQA, ReasonsOnRequest
 
 from whale_dspy.errors import ConfigError
 from whale_dspy.evaluation import EvalRequest, evaluate
 from whale_dspy.harness import HarnessProgram, HarnessSource
 from whale_dspy.student import STATE_NAME, as_harness, check_metric
-from whale_dspy.testing import ScriptedLM
-
-KNOWLEDGE = {"capital france": ["Paris is the capital of France.", "France is in Europe."]}
-
-
-def lookup(query: str, k: int) -> list[str]:
-    """Notes about a query, at most k."""
-    return KNOWLEDGE.get(query, [])[:k]
-
-
-def scripted() -> ScriptedLM:
-    """The rewrite step answers a query, the answer step reads the notes (keys: the prompt's fields)."""
-    return ScriptedLM({"## notes ##": {"answer": "Paris"}, "## question ##": {"query": "capital france"}})
-
-
-def questions(n: int = 2) -> list[dspy.Example]:
-    return [
-        dspy.Example(
-            task_id=f"q{i}", question=f"What is the capital of France? #{i}", answer="Paris"
-        ).with_inputs("question")
-        for i in range(n)
-    ]
-
-
-def exact(example, pred, trace=None) -> float:
-    return float(pred.answer == example.answer)
 
 
 def test_a_user_program_becomes_the_source_its_class_needs_plus_a_generated_entry():

@@ -20,7 +20,7 @@ from whale_cli.logs import LIBRARIES, quiet_libraries
 from whale_cli.run import RunProgress, RunSettings
 from whale_dspy.rundir import RunDir
 
-HELPER = Path(__file__).with_name("noisy_run.py")
+HELPER = Path(__file__).parents[1] / "noisy_run.py"
 PROGRESS = re.compile(
     r"^whale rollouts (\d+)/60, .* elapsed, .* left; (\w+ phase \(cycle \d+\)), (\d+) done; (.*)$"
 )

@@ -41,7 +41,7 @@ from whale_dspy.sandbox.limits import child_environment
 from whale_dspy.sandbox.session import CandidateSession
 from whale_dspy.testing.scripted_lm import ScriptedLM
 
-SEEDS = sorted(Path(__file__).parents[1].joinpath("harness_programs").glob("*_h0.py"))
+SEEDS = sorted(Path(__file__).parents[3].joinpath("harness_programs").glob("*_h0.py"))
 
 TOOL_USER = """
 import dspy
@@ -237,7 +237,7 @@ outcome["secret"] = os.environ.get("WHALE_FAKE_API_KEY")
 print(json.dumps(outcome))
 """
     env = child_environment(str(tmp_path), {**os.environ, "WHALE_FAKE_API_KEY": "sk-planted"})
-    env["PYTHONPATH"] = str(Path(__file__).parents[1])
+    env["PYTHONPATH"] = str(Path(__file__).parents[3])
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     outcome = json.loads(done.stdout.strip().splitlines()[-1])

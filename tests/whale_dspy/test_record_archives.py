@@ -226,7 +226,7 @@ def test_extraction_drops_modes_beyond_read_and_write(tmp_path):
 def test_every_committed_archive_matches_the_checksum_its_readme_gives():
     # RESULTS cites these archives by sha256 (bench/records/README.md); a repack without a new
     # checksum, or an archive left out of the table, would leave a figure pointing at other bytes.
-    records = Path(__file__).resolve().parent.parent / "bench" / "records"
+    records = Path(__file__).resolve().parents[2] / "bench" / "records"
     listed = dict(
         re.findall(
             r"^\| `([^`]+\.tar\.gz)` \|.*\| `([0-9a-f]{64})` \|", (records / "README.md").read_text(), re.M

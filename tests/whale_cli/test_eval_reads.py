@@ -7,6 +7,7 @@ import json
 import os
 
 import pytest
+from cli_helpers import write_read
 
 from whale_cli.main import main
 from whale_dspy.jsonl import read_jsonl
@@ -93,20 +94,6 @@ def test_a_first_try_that_ran_nothing_leaves_the_folder_free(tmp_path, server_ur
     argv = ["eval", "--domain", "chess", "--limit", "2", "--k", "1", "--server-url", server_url]
     assert main([*argv, "--out", str(out)]) == 0
     assert json.loads((out / "config.json").read_text())["adapter"] is None
-
-
-def write_read(folder, per_task, *, split="test", harness="h0", adapter=None, dtype="bfloat16"):
-    folder.mkdir(parents=True)
-    means = [sum(s) / len(s) for s in per_task.values()]
-    report = {
-        "domain": "squad", "split": split, "harness": harness, "adapter": adapter,
-        "k": len(next(iter(per_task.values()))),
-        "serving": {"server": "embedded", "dtype": dtype},
-        "tasks": len(per_task), "mean_at_k": sum(means) / len(means), "ci_low": 0.0, "ci_high": 1.0,
-        "per_task": per_task,
-    }  # fmt: skip
-    (folder / "report.json").write_text(json.dumps(report))
-    return folder
 
 
 def test_paired_compares_every_later_read_with_every_earlier_one(tmp_path, capsys):

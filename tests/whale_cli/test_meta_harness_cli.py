@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import argparse
 import io
 import json
 
 import pytest
+from cli_helpers import parse
 from rich.console import Console
 
 from optimizers.harness.archive import META_FILE, SMOKE_FILE, TRACES_FILE
@@ -17,12 +17,6 @@ from whale_dspy.jsonl import read_jsonl
 from whale_dspy.sandbox import SandboxedEvaluator
 from whale_dspy.testing.fake_backend import FakeBackend
 from whale_dspy.testing.scripted_lm import ScriptedLM
-
-
-def parse(*argv: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser()
-    search.register(parser.add_subparsers())
-    return parser.parse_args(["search", *argv])
 
 
 @pytest.mark.parametrize(

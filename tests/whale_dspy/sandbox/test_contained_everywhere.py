@@ -17,7 +17,7 @@ import cheat_domain as cd
 import dspy
 import pytest
 from rft_helpers import TWO_CALLS, reply
-from sandbox_helpers import TEST_LIMITS, StructuredScriptedLM
+from sandbox_helpers import ADVERSARIAL_DIR, TEST_LIMITS, StructuredScriptedLM
 
 from optimizers import RejectionSamplingFinetune, RFTConfig
 from whale_dspy.evaluation import EvalRequest, InProcessEvaluator, evaluate
@@ -198,7 +198,7 @@ def test_sandboxed_and_in_process_sampling_give_the_same_sft_data(tmp_path):
 def test_a_spinning_candidate_is_stopped_by_its_cpu_time(tmp_path):
     import time
 
-    spin = (Path(__file__).parent / "adversarial" / "busy_loop.py").read_text()
+    spin = (ADVERSARIAL_DIR / "busy_loop.py").read_text()
     limits = replace(
         TEST_LIMITS, task_seconds=120, candidate_seconds=120, startup_cpu_seconds=3, rollout_cpu_seconds=1
     )

@@ -16,13 +16,13 @@ import pytest
 from whale_dspy.backends.process import ensure_port_free, group_members
 from whale_dspy.lifeline import Lifeline, run_in_group
 
-HOLDER = Path(__file__).parent / "process_holder.py"
+HOLDER = Path(__file__).parents[1] / "process_holder.py"
 GONE_WITHIN_S = 30.0
 
 
 def hold(kind: str, folder: Path, *extra: str) -> tuple[subprocess.Popen, dict]:
     """Start a script holding `kind`; return it and what it announced once its processes were up."""
-    roots = os.pathsep.join([str(Path(__file__).parents[1]), str(HOLDER.parent)])
+    roots = os.pathsep.join([str(Path(__file__).parents[2]), str(HOLDER.parent)])
     env = {**os.environ, "PYTHONPATH": roots}
     script = subprocess.Popen(
         [sys.executable, str(HOLDER), kind, str(folder), *extra], stdout=subprocess.PIPE, text=True, env=env

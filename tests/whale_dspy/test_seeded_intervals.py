@@ -7,6 +7,7 @@ import os
 
 import numpy as np
 import pytest
+from cli_helpers import write_read
 
 from whale_cli.main import main
 from whale_dspy.reporting import paired_table
@@ -68,8 +69,6 @@ def test_one_seed_a_side_adds_no_seed_spread_and_unshared_tasks_are_refused():
 
 
 def write_seed(folder, per_task):
-    from tests.test_eval_reads import write_read
-
     return write_read(folder, per_task, adapter=f"/{folder.name}")
 
 

@@ -15,7 +15,7 @@ import json
 import dspy
 import pytest
 from meta_harness_helpers import ScriptedProposer
-from test_student import exact, lookup, questions, scripted
+from student_helpers import exact, lookup, questions, scripted
 from user_programs import LookupQA
 
 from optimizers import RejectionSamplingFinetune, RFTConfig

@@ -5,19 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
+from gpu_sizing_helpers import QWEN3_4B, QWEN25_05B
 
 from optimizers.engine.config import RunSettings
 from whale_cli.wiring import make_backend
 from whale_dspy.backends.gpu_sizing import MAX_THREADS, kv_bytes_per_token, size_gpu_run
 from whale_dspy.errors import ConfigError
-
-QWEN25_05B = {
-    "num_hidden_layers": 24,
-    "num_attention_heads": 14,
-    "num_key_value_heads": 2,
-    "hidden_size": 896,
-}
-QWEN3_4B = {"num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128}
 
 
 def model_folder(tmp_path, config: dict, weights_gib: float):

@@ -9,6 +9,7 @@ import json
 import shutil
 import subprocess
 
+from cli_helpers import parse
 from rich.console import Console
 
 from whale_cli import search
@@ -57,8 +58,6 @@ def test_adapter_files_are_named_by_their_sha256(tmp_path):
 
 
 def test_a_search_and_its_reads_name_the_commit_and_the_adapter_files(tmp_path):
-    from tests.test_meta_harness_cli import parse
-
     checkpoint = tmp_path / "policy-s0001"
     checkpoint.mkdir()
     (checkpoint / "adapter_model.safetensors").write_bytes(b"lora")

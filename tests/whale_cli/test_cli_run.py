@@ -21,7 +21,7 @@ from whale_cli import compare, report, run, transfer
 from whale_dspy.errors import ConfigError
 from whale_dspy.rundir import RunDir
 
-HELPERS = Path(__file__).with_name("whale_helpers.py")
+HELPERS = Path(__file__).parents[1] / "whale_helpers.py"
 VOLATILE = {"time", "elapsed", "seconds"}
 
 
