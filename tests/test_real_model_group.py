@@ -29,7 +29,8 @@ MARKERS = "[pytest]\nmarkers =\n    integration: real model\n    no_server: real
 
 
 def child_pytest(folder: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(folder)])}
+    # the project's root first: tests/whale_dspy would otherwise shadow the editable whale_dspy
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS.parent), str(TESTS), str(folder)])}
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "real_model_group", "-q", "-p", "no:cacheprovider",
          *args, str(folder)],
