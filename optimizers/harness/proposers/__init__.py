@@ -62,6 +62,11 @@ PROPOSERS: dict[str, ProposerKind] = {
         "mutation that draws first from the edits its failing traces call for",
         lambda _, o: MutationProposer(o.seed, prompt_only=o.prompt_only, guided=True),
     ),
+    "composed": ProposerKind(
+        "composed",
+        "guided mutation with two different edits a candidate (chain of thought and demos, say)",
+        lambda _, o: MutationProposer(o.seed, prompt_only=o.prompt_only, guided=True, depth=2),
+    ),
     "lm": ProposerKind(
         "lm:MODEL",
         "an LM reads code, scores and raw traces and writes a whole harness",

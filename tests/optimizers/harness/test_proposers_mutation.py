@@ -16,6 +16,7 @@ from optimizers.harness.meta_harness import MetaHarness, MetaHarnessConfig
 from optimizers.harness.proposers import EDITS, MutationProposer, set_output_adapter
 from optimizers.harness.proposers.edits import EDITS_BY_NAME, FEW_SHOT_HYPOTHESIS
 from optimizers.harness.validation import check_imports, prompt_only_violation
+from whale_dspy.errors import ConfigError
 from whale_dspy.harness import HarnessProgram, HarnessSource, load_build
 from whale_dspy.rollouts import run_rollout
 from whale_dspy.testing.scripted_lm import ScriptedLM
@@ -165,6 +166,21 @@ def test_mutation_proposer_is_seeded_and_picks_parents_from_the_best(tmp_path):
     assert all(s.hypothesis == hypotheses[s.name.split("-", 1)[1]] for s in first)
     others = [MutationProposer(seed=seed).propose(archive, 3) for seed in range(2, 6)]
     assert any([s.code for s in batch] != [s.code for s in first] for batch in others)
+
+
+def test_composed_candidates_carry_two_different_edits_each_applied(tmp_path):
+    archive = archive_with(tmp_path / "a", [[source(GOOD)]])
+    proposed = MutationProposer(seed=1, guided=True, depth=2).propose(archive, 3)
+    assert len(proposed) == 3 and len({s.digest for s in proposed}) == 3
+    one_edit = {s.code for s in MutationProposer(seed=1, guided=True).propose(archive, 6)}
+    for candidate in proposed:
+        first, second = candidate.name.split("-", 1)[1].split("+")
+        assert first != second and candidate.hypothesis.count("; then ") == 1
+        assert candidate.code not in one_edit
+        assert not check_imports(candidate.code)
+        assert isinstance(load_build(candidate.vouched())(QA, SEED_TOOLS), dspy.Module)  # still builds
+    with pytest.raises(ConfigError, match="depth"):
+        MutationProposer(depth=0)
 
 
 def test_mutation_starts_from_h0_while_nothing_is_valid(tmp_path):
