@@ -96,9 +96,7 @@ class MutationProposer:
                 name="-".join([parent.name, "+".join(edit.name for edit in chosen)]),
                 code=code,
                 parent=parent.name,
-                hypothesis="; then ".join(
-                    self._hypothesis(edit, called_for[parent.name]) for edit in chosen
-                ),
+                hypothesis="; then ".join(self._hypothesis(edit, called_for[parent.name]) for edit in chosen),
             )
             if source.digest not in seen:
                 seen.add(source.digest)
