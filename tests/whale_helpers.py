@@ -289,8 +289,8 @@ def scripted_run(
 ) -> dict[str, Any]:
     """`whale run`'s CLI path (progress, outputs, resume, a dead server started anew) on scripted
     phases: the test entry point."""
-    from optimizers.engine.config import RunSettings
     from whale_cli.run import execute
+    from whale_cli.run_settings import RunSettings
     from whale_cli.wiring import RestartingServer, RunData
 
     settings = RunSettings(domain="scripted", schedule="fixed:0.6,3", budget=budget, eval_every=20, eval_k=2)

@@ -7,8 +7,8 @@ import shlex
 from pathlib import Path
 
 from domains import DOMAIN_HELP
-from optimizers.engine.config import RunSettings
 from optimizers.engine.presets import PRESET_HELP, PRESETS
+from whale_cli.run_settings import RunSettings
 from whale_dspy.backends.vllm_server import ADAPTER_SERVING, DEFAULT_MODEL
 from whale_dspy.defaults import SERVER_RESTARTS
 

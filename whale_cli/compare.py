@@ -20,10 +20,10 @@ from pathlib import Path
 
 from rich.console import Console
 
-from optimizers.engine.config import RunSettings
 from whale_cli.arguments import add_restarts_argument, add_run_arguments, schedule_help
 from whale_cli.report import print_summary, write_outputs
 from whale_cli.run import check_same_settings, execute
+from whale_cli.run_settings import RunSettings
 from whale_cli.settings_file import given_settings
 from whale_cli.wiring import RestartingServer, load_data, make_backend, name_part, shared_evaluations
 from whale_dspy.errors import ConfigError

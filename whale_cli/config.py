@@ -12,10 +12,10 @@ import json
 from dataclasses import asdict, replace
 from typing import Any
 
-from optimizers.engine.auto import AUTO, PROGRAM, auto_settings
-from optimizers.engine.config import RunSettings
+from optimizers.engine.auto import AUTO, auto_level
 from optimizers.engine.presets import get_preset
 from whale_cli.arguments import add_run_arguments, add_seed_argument
+from whale_cli.run_settings import RunSettings
 from whale_cli.settings_file import given_settings, settings_from_args, settings_toml
 from whale_dspy.errors import ConfigError
 
@@ -43,11 +43,21 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+PROGRAM = "dspy-program"
+"""What a settings file calls the domain of a run on a user's own program and data."""
+
+
 def auto_from_args(args: argparse.Namespace) -> RunSettings:
-    """What the Python short form builds for `--auto` on `--model`, with the other flags laid over it."""
+    """What the Python short form builds for `--auto` on `--model` (its preset, budget, schedule and
+    decision rule), with the other flags laid over it."""
     given = given_settings(args)
+    machine, level = auto_level(args.auto, args.machine)
     model = given.pop("model", None) or RunSettings.model
-    return replace(auto_settings(args.auto, model=model, machine=args.machine), **given)
+    auto = RunSettings(
+        domain=PROGRAM, model=model, preset=machine, budget=level.budget, schedule=level.schedule,
+        **level.decision,
+    )  # fmt: skip
+    return replace(auto, **given)
 
 
 def show_settings(settings: RunSettings) -> None:
@@ -68,11 +78,9 @@ def show_settings(settings: RunSettings) -> None:
         resolved["gpu_sizing"] = sizing.to_dict()
     elif get_preset(settings.preset).sized_on_gpu:  # a GPU file checked where no GPU is
         resolved["gpu_sizing"] = "not sized here: give --gpu-memory-gib, or run where the GPUs are"
-    resolved["weight_phase"] = settings.rft_config(sizing).to_dict()
-    sized = {"threads": sizing.threads} if sizing is not None else {}
-    preset = get_preset(settings.preset)
-    harness = preset.meta_harness_config(seed=settings.seed, **sized, **settings.decision())
-    resolved["harness_phase"] = asdict(harness)  # its feedback and selection tasks, and how it decides
+    config = settings.whale_config(sizing)
+    resolved["weight_phase"] = config.rft.to_dict()
+    resolved["harness_phase"] = asdict(config.meta_harness)  # feedback and selection tasks, the rule
     print("\n# resolved (not settings: derived from the preset and the settings above):")
     for line in json.dumps(resolved, indent=2).splitlines():
         print(f"# {line}")

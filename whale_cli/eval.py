@@ -18,10 +18,10 @@ import dspy
 from rich.console import Console
 
 from domains import DOMAIN_HELP
-from optimizers.engine.config import RunSettings
 from optimizers.engine.presets import PRESET_HELP, PRESETS, get_preset
 from whale_cli.arguments import add_dtype_argument, add_model_argument, add_thinking_argument
 from whale_cli.read_folder import TRACES_FILE, continued_rollouts, read_settings, record_settings, write_read
+from whale_cli.run_settings import RunSettings
 from whale_dspy.backends.vllm_server import DEFAULT_MODEL
 from whale_dspy.defaults import DEFAULT_EVAL_K, DEFAULT_THREADS
 from whale_dspy.errors import ConfigError

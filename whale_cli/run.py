@@ -27,9 +27,9 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from optimizers.engine.config import RunSettings
 from whale_cli.arguments import add_restarts_argument, add_run_arguments, add_seed_argument
 from whale_cli.report import decision_cell, print_phases, print_summary, write_outputs
+from whale_cli.run_settings import RunSettings
 from whale_cli.settings_file import given_settings
 from whale_cli.wiring import RestartingServer, RunData, load_data, make_backend, make_optimizer, student_of
 from whale_dspy.errors import ConfigError

@@ -26,8 +26,8 @@ from rich.table import Table
 
 from domains import DOMAIN_HELP
 from optimizers.engine.assembly import proposer_lm
-from optimizers.engine.config import DECISION_FIELDS, agent_jail
 from optimizers.engine.presets import get_preset
+from optimizers.engine.whale_config import DECISION_FIELDS
 from whale_cli.arguments import (
     add_agent_arguments,
     add_decision_arguments,
@@ -38,6 +38,7 @@ from whale_cli.arguments import (
 from whale_cli.eval import add_harness_arguments, load_adapter_folder
 from whale_cli.read_folder import TRACES_FILE, write_read
 from whale_cli.report import decision_cell
+from whale_cli.run_settings import agent_jail
 from whale_cli.wiring import DATA_SEED
 from whale_dspy.backends import RemoteServer
 from whale_dspy.defaults import DEFAULT_EVAL_K

@@ -15,7 +15,7 @@ from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
-from optimizers.engine.config import RunSettings
+from whale_cli.run_settings import RunSettings
 from whale_dspy.errors import ConfigError
 
 TOML_TYPES: dict[str, tuple[type, ...]] = {

@@ -20,8 +20,8 @@ from dataclasses import asdict, fields, replace
 from pathlib import Path
 from typing import Any
 
-from optimizers.engine.config import RunSettings
 from whale_cli.arguments import add_run_arguments
+from whale_cli.run_settings import RunSettings
 from whale_cli.settings_file import given_settings
 from whale_cli.wiring import (
     DATA_SEED,

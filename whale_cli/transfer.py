@@ -12,7 +12,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from optimizers.engine.config import RunSettings
+from whale_cli.run_settings import RunSettings
 from whale_cli.wiring import evaluate_on_test, load_data, make_backend, served
 from whale_dspy.errors import ConfigError
 from whale_dspy.harness import HarnessSource

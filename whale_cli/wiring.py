@@ -1,7 +1,7 @@
 """Builds a run from CLI settings: domain data, seed harness, server, trainer, phases, optimizer.
 
 This is the one place that knows every package (domains, harness programs,
-backends, optimizers); it builds everything from one `RunSettings` (optimizers.engine.config).
+backends, optimizers); it builds everything from one `RunSettings` (whale_cli.run_settings).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import dspy
 
-from optimizers.engine.config import RunSettings
+from whale_cli.run_settings import RunSettings
 from whale_dspy.backends.vllm_server import thinking_template_kwargs
 from whale_dspy.defaults import DEFAULT_THREADS, SERVER_RESTARTS
 from whale_dspy.errors import BackendError, ConfigError
@@ -177,12 +177,18 @@ def make_optimizer(
     on_event: Callable[[dict[str, Any]], None] | None = None,
     shared_evals: Any = None,
 ) -> Any:
-    """The run's optimizer on its domain's metric."""
-    from optimizers.engine.whale import WhaleOptimizer
+    """The run's optimizer (WHALE or a baseline) on its domain's metric: the engine's configuration
+    these settings ask for, with what only the command line knows (its record, the agent's jail,
+    the trainer's launcher) passed beside it."""
+    from optimizers import WhaleOptimizer
+    from optimizers.engine.assembly import optimizer_kwargs
 
-    return WhaleOptimizer.from_settings(
-        settings, run_dir, backend, data.domain.metric, on_event=on_event, shared_evals=shared_evals
-    )
+    kwargs = optimizer_kwargs(
+        settings.whale_config(settings.gpu_sizing()), run_dir, backend, data.domain.metric,
+        record={"cli": settings.record()}, jail=settings.agent_jail, launcher=settings.train_launcher,
+        on_event=on_event, shared_evals=shared_evals,
+    )  # fmt: skip
+    return WhaleOptimizer(**kwargs)
 
 
 def shared_evaluations(settings: RunSettings, out: Path) -> Any:

@@ -143,6 +143,16 @@ class WeightTrainer(Protocol):
 
 
 @runtime_checkable
+class ServingProvider(Protocol):
+    """A DSPy LM provider that serves and trains its own model (`whale_dspy.LM`'s): the short form
+    takes the run's backend, trainer and base model from the student's LM through it."""
+
+    backend: InferenceBackend
+    trainer: WeightTrainer
+    base: str
+
+
+@runtime_checkable
 class HarnessProposer(Protocol):
     """Writes new harness sources after reading the archive of prior candidates, and says what
     proposing has cost so far (`usage`: calls, tokens or unknown, the failures it recorded).

@@ -39,7 +39,7 @@ def LM(  # noqa: N802 - named as dspy.LM, which it stands in for
         BackendError: The embedded server did not start.
     """
     from whale_dspy.backends import RemoteServer, WhaleProvider, embedded_server
-    from whale_dspy.backends.vllm_server import cpu_build
+    from whale_dspy.machine import cpu_build
     from whale_dspy.models import resolve_model
     from whale_dspy.progress import log as progress_log
     from whale_dspy.progress import show_progress

@@ -1,2 +1,2 @@
-"""The alternation engine: WhaleOptimizer, its schedules, budget, checkpointed state, methods and
-reports, and the run configuration (`RunSettings`, presets, `auto`) every entry point resolves to."""
+"""The alternation engine: WhaleOptimizer, its configuration (`WhaleConfig`, presets, `auto`),
+schedules, budget, checkpointed state, methods and reports."""

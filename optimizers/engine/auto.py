@@ -2,8 +2,8 @@
 
 Each level names a budget, a schedule and how harness decisions are made, for the kind of
 machine the model is served on; everything else (phase sizes, sampling, threads, eval k) is the
-machine's preset (optimizers.engine.presets) read through RunSettings, as `whale run` reads it. So
-`whale config show --auto light` prints what `WhaleOptimizer(metric=..., auto="light")` runs.
+machine's preset (optimizers.engine.presets) laid into a WhaleConfig, as `whale run` lays its
+settings. `whale config show --auto light` prints what `WhaleOptimizer(metric=..., auto="light")` runs.
 """
 
 from __future__ import annotations
@@ -13,23 +13,21 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import dspy
 
-from optimizers.engine.config import RunSettings
+from optimizers.engine.presets import run_sizing
 from optimizers.engine.progress import ProgressLines
+from optimizers.engine.whale_config import WhaleConfig
 from whale_dspy.errors import ConfigError
 from whale_dspy.progress import log as progress_log
 from whale_dspy.progress import show_progress
-from whale_dspy.protocols import InferenceBackend
+from whale_dspy.protocols import InferenceBackend, ServingProvider
 
 log = logging.getLogger(__name__)
-
-PROGRAM = "dspy-program"
-"""What RunSettings calls the domain of a run on a user's own program and data."""
 
 
 @dataclass(frozen=True)
@@ -38,7 +36,7 @@ class AutoLevel:
     """Rollouts the whole run may spend (both phases)."""
     schedule: str
     decision: dict[str, Any] = field(default_factory=dict)
-    """RunSettings decision fields; the rest are the preset's."""
+    """Harness decision fields (WhaleConfig's DECISION_FIELDS); the rest are the preset's."""
 
 
 AUTO: dict[str, dict[str, AutoLevel]] = {
@@ -59,28 +57,28 @@ AUTO: dict[str, dict[str, AutoLevel]] = {
 
 def machine_kind() -> str:
     """ "cpu" where the installed vLLM is the CPU build, else "gpu"."""
-    from whale_dspy.backends.vllm_server import cpu_build
+    from whale_dspy.machine import cpu_build
 
     return "cpu" if cpu_build() else "gpu"
 
 
-def auto_settings(auto: str, *, model: str, machine: str | None = None, seed: int = 0) -> RunSettings:
-    """The RunSettings of `auto` for `model` on this kind of machine (or `machine`: cpu, gpu)."""
+def auto_level(auto: str, machine: str | None = None) -> tuple[str, AutoLevel]:
+    """The machine kind (this one's unless given: cpu, gpu) and its level `auto`."""
     machine = machine or machine_kind()
     if machine not in AUTO or auto not in AUTO[machine]:
         raise ConfigError(
             f"auto must be one of {', '.join(AUTO['cpu'])} on cpu or gpu, not {auto!r} on {machine!r}"
         )
-    level = AUTO[machine][auto]
-    return RunSettings(
-        domain=PROGRAM,
-        model=model,
-        preset=machine,
-        seed=seed,
-        budget=level.budget,
-        schedule=level.schedule,
-        **level.decision,
-    )
+    return machine, AUTO[machine][auto]
+
+
+def auto_config(auto: str, *, model: str, run_tag: str | None = None, seed: int = 0) -> WhaleConfig:
+    """The WhaleConfig of `auto` for `model` on this kind of machine (a GPU one sized for it)."""
+    machine, level = auto_level(auto)
+    return WhaleConfig.for_preset(
+        machine, seed=seed, run_tag=run_tag, sizing=run_sizing(machine, model),
+        decision=level.decision, budget=level.budget, schedule=level.schedule,
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -99,10 +97,9 @@ class AutoRequest:
         WhaleProvider unless given, a run folder under the working directory unless given; and the
         progress lines the run reports to (the caller keeps them, for the heartbeat)."""
         from optimizers.engine.assembly import optimizer_kwargs
-        from whale_dspy.backends.dspy_provider import WhaleProvider
 
         provider = getattr(_lm_of(student), "provider", None)
-        ours = provider if isinstance(provider, WhaleProvider) else None
+        ours = provider if isinstance(provider, ServingProvider) else None
         backend = self.backend or (ours.backend if ours else None)
         if backend is None:
             raise ConfigError(
@@ -115,11 +112,12 @@ class AutoRequest:
         model = ours.base if ours else (backend.base_model or backend.served_model())
         # adapter names are never reused on a server: each run folder tags its own
         tag = "auto-" + hashlib.sha256(str(run_dir.resolve()).encode()).hexdigest()[:8]
-        settings = replace(auto_settings(self.auto, model=model), run_tag=tag)
+        config = auto_config(self.auto, model=model, run_tag=tag)
         trainer, base = (ours.trainer, ours.base) if ours else (None, None)
-        progress = ProgressLines(settings.budget, settings.budget_unit)
+        progress = ProgressLines(config.budget, config.budget_unit)
         kwargs = optimizer_kwargs(
-            settings, run_dir, backend, metric, trainer=trainer, base=base,
+            config, run_dir, backend, metric, trainer=trainer, base=base,
+            record={"auto": {"level": self.auto, "model": model, **config.record()}},
             on_event=progress if self.on_event is None else _both(progress, self.on_event),
         )  # fmt: skip
         return kwargs, progress

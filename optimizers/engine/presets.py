@@ -1,4 +1,4 @@
-"""Named phase sizes for one kind of machine: the registry RunSettings (and `--preset`) reads.
+"""Named phase sizes for one kind of machine: the registry WhaleConfig (and `--preset`) reads.
 
 A preset names the weight phase's RFT settings (an `RFTConfig` constructor) and the harness
 phase's sizes (MetaHarnessConfig fields); the run's own settings (seed, tag, device) are laid over
@@ -8,12 +8,16 @@ so building the parser stays light.
 
 from __future__ import annotations
 
+import functools
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from whale_dspy.backends.gpu_sizing import MAX_THREADS
 from whale_dspy.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -73,3 +77,31 @@ def get_preset(name: str) -> Preset:
     if name not in PRESETS:
         raise ConfigError(f"unknown preset {name!r}; valid presets are {', '.join(PRESETS)}")
     return PRESETS[name]
+
+
+def run_sizing(preset: str, model: str, gpus: tuple[float, ...] = ()) -> Any:
+    """How a GPU preset's run is sized for `model` on `gpus` (each one's GiB; default what torch
+    sees); None (the preset's fixed sizes, with a warning) for other presets, where no GPU is visible
+    and none is given (a controller of servers on other hosts), or where the model's shape cannot be
+    read."""
+    if not get_preset(preset).sized_on_gpu:
+        return None
+    from whale_dspy.backends.gpu_sizing import visible_gpu_gib
+
+    return _sized_gpu_run(preset, model, tuple(gpus) or tuple(visible_gpu_gib()))
+
+
+@functools.cache
+def _sized_gpu_run(preset: str, model: str, gpus: tuple[float, ...]) -> Any:
+    """`run_sizing`, once per process: a run's server and its phases both ask, and the answer (read
+    from the model's config, with a warning when it falls back) is the same."""
+    from whale_dspy.backends.gpu_sizing import local_model_folder, size_gpu_run
+    from whale_dspy.models import resolve_model
+
+    folder = local_model_folder(resolve_model(model)) if gpus else None
+    if folder is None:
+        why = "no GPU is visible (--gpu-memory-gib sizes it)" if not gpus else "the model is no local folder"
+        log.warning("the %s preset runs unsized, at its fixed sizes: %s", preset, why)
+        return None
+    longest = get_preset(preset).rft_config().training.max_length  # the longest trace trained
+    return size_gpu_run(folder, list(gpus), tokens_per_rollout=longest)

@@ -36,7 +36,6 @@ from optimizers.engine.checkpoint import (
     load_state,
 )
 from optimizers.engine.compile_sets import RunSets, fingerprint, run_sets
-from optimizers.engine.config import RunSettings
 from optimizers.engine.methods import HARNESS, WEIGHT, Method, get_method
 from optimizers.engine.phases import HarnessDriver, HarnessPhase, PhaseDriver, WeightDriver, WeightPhase
 from optimizers.engine.report import report_from_state
@@ -49,7 +48,7 @@ from whale_dspy.harness import HarnessProgram
 from whale_dspy.jsonl import repair_jsonl
 from whale_dspy.progress import heartbeat
 from whale_dspy.progress import log as progress_log
-from whale_dspy.protocols import CandidateEvaluator, InferenceBackend, WeightTrainer, ensure_served
+from whale_dspy.protocols import CandidateEvaluator, InferenceBackend, ensure_served
 from whale_dspy.provenance import environment
 from whale_dspy.records import AdapterRef
 from whale_dspy.rollouts import Metric
@@ -99,7 +98,7 @@ class WhaleOptimizer(Teleprompter):
         the backend; it prints a line per weight step, harness decision and checkpoint, tracks the
         valset when no `track` is given, and ends with `report.summary()`. The explicit form gives
         the phases, schedule, budget and evaluation cadence (optimizers.engine.assembly builds them
-        from a RunSettings as `whale run` does).
+        from a WhaleConfig, as the short form and `whale run` do).
 
         Args:
             metric: `metric(example, prediction, trace=None) -> float`, passed once: the phases get it.
@@ -158,33 +157,6 @@ class WhaleOptimizer(Teleprompter):
             config=config, on_event=on_event, shared_evals=shared_evals, sampling=sampling,
             budget_unit=budget_unit,
         )  # fmt: skip
-
-    @classmethod
-    def from_settings(
-        cls,
-        settings: RunSettings,
-        run_dir: str | Path,
-        backend: InferenceBackend,
-        metric: Metric,
-        *,
-        trainer: WeightTrainer | None = None,
-        on_event: Callable[[dict[str, Any]], None] | None = None,
-        shared_evals: SharedEvaluations | None = None,
-    ) -> WhaleOptimizer:
-        """The optimizer (WHALE or a baseline) that `settings` describe, with its phases: what
-        `whale run` builds from its flags or `--config` file."""
-        from optimizers.engine.assembly import optimizer_kwargs
-
-        kwargs = optimizer_kwargs(
-            settings,
-            Path(run_dir),
-            backend,
-            metric,
-            trainer=trainer,
-            on_event=on_event,
-            shared_evals=shared_evals,
-        )
-        return cls(**kwargs)
 
     def _setup(
         self,

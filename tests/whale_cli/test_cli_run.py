@@ -320,8 +320,8 @@ def test_progress_counts_the_budget_s_unit_and_prints_each_harness_decision():
 
     from rich.console import Console
 
-    from optimizers.engine.config import RunSettings
     from whale_cli.run import RunProgress
+    from whale_cli.run_settings import RunSettings
 
     out = io.StringIO()
     progress = RunProgress(

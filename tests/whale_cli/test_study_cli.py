@@ -21,11 +21,11 @@ from whale_helpers import (
     toy_evaluator,
 )
 
-from optimizers.engine.config import RunSettings
 from optimizers.engine.schedules import parse_schedule
 from optimizers.study import StudyConfig, make_pruner, run_study, summarize
 from optimizers.study.search_space import FloatRange, IntRange, SearchSpace
 from whale_cli import study as study_cli
+from whale_cli.run_settings import RunSettings
 from whale_dspy.errors import ConfigError
 from whale_dspy.testing.fake_backend import FakeBackend
 from whale_dspy.testing.scripted_lm import ScriptedLM

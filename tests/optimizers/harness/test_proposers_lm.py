@@ -230,8 +230,8 @@ def test_the_command_proposer_sees_neither_the_test_split_nor_secrets(archive, t
 
 
 def test_the_jail_grants_exactly_what_it_is_given(archive, tmp_path, monkeypatch):
-    from optimizers.engine.config import RunSettings
     from optimizers.harness.proposers import Jail
+    from whale_cli.run_settings import RunSettings
 
     config = tmp_path / "agent.conf"
     config.write_text("agent-config-5b1e")
@@ -251,6 +251,8 @@ def test_proposer_from_spec_builds_every_registered_kind_and_its_help_names_them
     mutation = proposer_from_spec("mutation", options)
     assert isinstance(mutation, MutationProposer) and mutation.seed == 3 and not mutation.guided
     assert proposer_from_spec("guided", options).guided
+    composed = proposer_from_spec("composed", options)
+    assert composed.guided and composed.depth == 2 and composed.label == "composed"
     assert isinstance(proposer_from_spec("lm:openai/x", options), LMProposer)
     assert isinstance(proposer_from_spec("agent:openai/y", options), AgenticProposer)
     assert isinstance(proposer_from_spec("mechanism:openai/z", options), MechanismProposer)
@@ -258,7 +260,7 @@ def test_proposer_from_spec_builds_every_registered_kind_and_its_help_names_them
     assert proposer_from_spec("command:claude -p 'go'").command == "claude -p 'go'"
     assert all(f"{kind.form}: {kind.about}" in PROPOSER_HELP for kind in PROPOSERS.values())
     for bad in ("gpt", "lm:", "command:", "mutation:x"):
-        with pytest.raises(ConfigError, match="valid forms: mutation, guided, lm:MODEL"):
+        with pytest.raises(ConfigError, match="valid forms: mutation, guided, composed, lm:MODEL"):
             proposer_from_spec(bad)
 
 

@@ -7,7 +7,7 @@ import json
 import pytest
 from gpu_sizing_helpers import QWEN3_4B, QWEN25_05B
 
-from optimizers.engine.config import RunSettings
+from whale_cli.run_settings import RunSettings
 from whale_cli.wiring import make_backend
 from whale_dspy.backends.gpu_sizing import MAX_THREADS, kv_bytes_per_token, size_gpu_run
 from whale_dspy.errors import ConfigError
@@ -82,7 +82,7 @@ def test_a_run_is_sized_once_so_its_server_and_phases_agree_and_a_fallback_warns
     settings = RunSettings(domain="math", preset="gpu", model=str(folder), gpu_memory_gib=(24,))
     assert settings.gpu_sizing() is settings.gpu_sizing()
     unseen = RunSettings(domain="math", preset="gpu", model="nobody/also-not-cached", gpu_memory_gib=(80,))
-    with caplog.at_level("WARNING", logger="optimizers.engine.config"):
+    with caplog.at_level("WARNING", logger="optimizers.engine.presets"):
         make_backend(unseen, tmp_path / "logs")  # the server asks, then the phases
         assert unseen.rft_config(unseen.gpu_sizing()).threads == MAX_THREADS
     assert [r.getMessage() for r in caplog.records].count(

@@ -235,7 +235,7 @@ def test_replicas_that_serve_different_models_are_refused(tmp_path):
 
 
 def test_the_cli_builds_a_replica_set_from_several_urls_or_several_own_servers(tmp_path):
-    from optimizers.engine.config import RunSettings
+    from whale_cli.run_settings import RunSettings
     from whale_cli.wiring import backend_for_model, make_backend
 
     urls = "http://127.0.0.1:1, http://127.0.0.1:2"
@@ -256,7 +256,7 @@ def test_the_cli_builds_a_replica_set_from_several_urls_or_several_own_servers(t
 
 
 def test_replicas_refuse_merged_serving_and_a_count_below_one():
-    from optimizers.engine.config import RunSettings
+    from whale_cli.run_settings import RunSettings
 
     with pytest.raises(ConfigError, match="runtime LoRA"):
         RunSettings(domain="math", replicas=2, adapters="merged")

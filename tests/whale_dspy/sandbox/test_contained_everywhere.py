@@ -262,7 +262,7 @@ def test_whale_eval_of_a_run_runs_its_final_harness_contained_under_its_adapter(
 
 def test_a_runs_test_evaluation_contains_its_harness(tmp_path):
     """What `whale transfer` and a study's test evaluate: the run's harness under some weights."""
-    from optimizers.engine.config import RunSettings
+    from whale_cli.run_settings import RunSettings
     from whale_cli.wiring import evaluate_on_test, load_data
 
     settings = RunSettings(domain="chess", test_limit=2, eval_k=1)

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from gpu_sizing_helpers import QWEN3_4B, QWEN25_05B
 
-from optimizers.engine.config import RunSettings
 from whale_cli.main import build_parser, main
+from whale_cli.run_settings import RunSettings
 from whale_cli.settings_file import read_settings_file, settings_from_args
 from whale_dspy.backends.gpu_sizing import kv_bytes_per_token
 from whale_dspy.errors import ConfigError

@@ -1,7 +1,10 @@
-"""`RunSettings`: the one configuration of a run, validated when built, recorded in the run folder.
+"""`RunSettings`: the command line's record of a run, validated when built, kept in its run folder.
 
-The library owns it: the CLI's flags and `--config` file only parse text into it, and
-`whale config show` prints it resolved.
+It holds what `whale run` was asked for: the data (domain and limits), the model and its servers
+(replicas, adapter serving and store), the trainer's host (device, launcher, chat template switch),
+an agent's jail, and the engine's own knobs, which it lays over a preset as a `WhaleConfig`
+(`whale_config`): the engine never sees this record. The CLI's flags and `--config` file parse text
+into it, and `whale config show` prints it resolved.
 
 The run's config.json holds `RunSettings.record()`, so `whale run --resume DIR` rebuilds exactly
 the same run from the directory alone (`RunSettings.from_run`).
@@ -9,25 +12,18 @@ the same run from the directory alone (`RunSettings.from_run`).
 
 from __future__ import annotations
 
-import functools
 import json
-import logging
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
-from optimizers.engine.presets import get_preset
+from optimizers.engine.presets import get_preset, run_sizing
+from optimizers.engine.whale_config import DECISION_FIELDS, WhaleConfig
 from whale_dspy.backends.vllm_server import ADAPTER_SERVING, DEFAULT_MODEL, thinking_template_kwargs
 from whale_dspy.defaults import DEFAULT_EVAL_K
 from whale_dspy.errors import ConfigError
 from whale_dspy.rundir import RunDir
-
-log = logging.getLogger(__name__)
-
-
-DECISION_FIELDS = ("acceptance", "confidence", "margin", "selection_tasks", "race_start")
-"""RunSettings fields that are MetaHarnessConfig fields of the same name."""
 
 
 @dataclass(frozen=True)
@@ -116,9 +112,7 @@ class RunSettings:
         object.__setattr__(self, "agent_env", tuple(self.agent_env))
         object.__setattr__(self, "train_launcher", tuple(self.train_launcher))
         object.__setattr__(self, "gpu_memory_gib", tuple(float(gib) for gib in self.gpu_memory_gib))
-        if self.train_device is not None:
-            self.rft_config()  # the trainer's config checks the device now, before anything starts
-        harness = get_preset(self.preset).meta_harness_config(**self.decision())  # checked before any start
+        harness = self.whale_config().meta_harness  # the engine's fields, checked before anything starts
         if self.search_limit is not None and harness.selection_tasks and self.search_limit <= harness.tasks:
             raise ConfigError(
                 f"search_limit {self.search_limit} leaves no selection tasks: the harness phase shows "
@@ -126,9 +120,6 @@ class RunSettings:
                 f"(give --search-limit {harness.tasks + harness.selection_tasks}, or --selection-tasks 0 to "
                 "decide on the tasks the proposer sees, as WHALE did)"
             )
-        from optimizers.engine.budget import Budget
-
-        Budget(self.budget, self.budget_unit)
 
     def decision(self) -> dict[str, Any]:
         """The harness decision settings given (MetaHarnessConfig fields); the rest take its defaults."""
@@ -139,27 +130,31 @@ class RunSettings:
         """The jail a `command:` proposer's agent runs in."""
         return agent_jail(self.agent_read, self.agent_env, self.agent_network)
 
-    @property
-    def every(self) -> int:
-        """Test evaluations every this many rollouts (default: ten points over the budget)."""
-        return self.eval_every or max(1, self.budget // 10)
-
-    def rft_config(self, sizing: Any = None) -> Any:
-        """The preset's weight-phase settings, tagged so that runs sharing a server never share names,
-        with a GPU run's `sizing` (threads, trainer device, gradient checkpointing) laid over them."""
-        tag = self.run_tag or f"{self.method}-{self.seed}"
-        config = get_preset(self.preset).rft_config(seed=self.seed, run_tag=tag)
-        training = config.training
-        if sizing is not None:
-            config = replace(config, threads=sizing.threads)
-            training = replace(
-                training, device=sizing.train_device, gradient_checkpointing=sizing.gradient_checkpointing
-            )
+    def whale_config(self, sizing: Any = None) -> WhaleConfig:
+        """The engine's configuration these settings ask for: the preset's phases tagged so that
+        runs sharing a server never share adapter names, a GPU run's `sizing` over them, and the
+        trainer's device and chat template switch over the weight phase's training."""
+        config = WhaleConfig.for_preset(
+            self.preset, seed=self.seed, run_tag=self.run_tag, sizing=sizing, decision=self.decision(),
+            budget=self.budget, budget_unit=self.budget_unit, schedule=self.schedule, method=self.method,
+            weight_share=self.weight_share, eval_every=self.eval_every, eval_k=self.eval_k,
+            proposer=self.proposer,
+        )  # fmt: skip
+        training = config.rft.training
         if self.thinking is not None:
             training = replace(training, chat_template_kwargs=thinking_template_kwargs(self.thinking))
         if self.train_device is not None:
             training = replace(training, device=self.train_device)
-        return replace(config, training=training)
+        return replace(config, rft=replace(config.rft, training=training))
+
+    @property
+    def every(self) -> int:
+        """Test evaluations every this many budget units (`WhaleConfig.every`)."""
+        return self.whale_config().every
+
+    def rft_config(self, sizing: Any = None) -> Any:
+        """The weight phase's config (`whale_config(sizing).rft`)."""
+        return self.whale_config(sizing).rft
 
     def pinned(self) -> RunSettings:
         """A new run's settings with the GPUs it sizes for written in (a GPU preset, none given), so
@@ -171,18 +166,13 @@ class RunSettings:
         return replace(self, gpu_memory_gib=tuple(round(gib, 1) for gib in visible_gpu_gib()))
 
     def gpu_sizing(self) -> Any:
-        """How a GPU preset's run is sized for this model on these GPUs; None (the preset's fixed
-        sizes, with a warning) for other presets, where no GPU is visible and none is given (a
-        controller of servers on other hosts), or where the model's shape cannot be read."""
-        if not get_preset(self.preset).sized_on_gpu:
-            return None
-        from whale_dspy.backends.gpu_sizing import visible_gpu_gib
-
-        return _sized_gpu_run(self.preset, self.model, tuple(self.gpu_memory_gib) or tuple(visible_gpu_gib()))
+        """How a GPU preset's run is sized for this model on these GPUs (optimizers.engine.presets:
+        `run_sizing`); None for the other presets."""
+        return run_sizing(self.preset, self.model, tuple(self.gpu_memory_gib))
 
     @property
     def sampling(self) -> dict[str, Any]:
-        """The preset's sampling (`Preset.sampling`): every program the run binds and evaluates."""
+        """The preset's sampling (`WhaleConfig.sampling`): every program the run binds and evaluates."""
         return get_preset(self.preset).sampling()
 
     @classmethod
@@ -191,22 +181,6 @@ class RunSettings:
         if not config or "cli" not in config:
             raise ConfigError(f"{run_dir} holds no `whale run` (no config.json with its settings)")
         return cls(**config["cli"])
-
-
-@functools.cache
-def _sized_gpu_run(preset: str, model: str, gpus: tuple[float, ...]) -> Any:
-    """`RunSettings.gpu_sizing`, once per process: a run's server and its phases both ask, and the
-    answer (read from the model's config, with a warning when it falls back) is the same."""
-    from whale_dspy.backends.gpu_sizing import local_model_folder, size_gpu_run
-    from whale_dspy.models import resolve_model
-
-    folder = local_model_folder(resolve_model(model)) if gpus else None
-    if folder is None:
-        why = "no GPU is visible (--gpu-memory-gib sizes it)" if not gpus else "the model is no local folder"
-        log.warning("the %s preset runs unsized, at its fixed sizes: %s", preset, why)
-        return None
-    longest = get_preset(preset).rft_config().training.max_length  # the longest trace trained
-    return size_gpu_run(folder, list(gpus), tokens_per_rollout=longest)
 
 
 def agent_jail(read: Sequence[str], env: Sequence[str], network: bool) -> Any:
