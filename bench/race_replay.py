@@ -24,10 +24,7 @@ from typing import Any
 
 from race_synthetic import RULES, Rule
 
-from optimizers.harness.acceptance import Acceptance
-from optimizers.harness.config import MetaHarnessConfig
-from optimizers.harness.racing import race
-from optimizers.harness.sizing import Spread
+from optimizers.harness import Acceptance, MetaHarnessConfig, Spread, race
 from whale_dspy.jsonl import read_jsonl
 from whale_dspy.stats import paired_gain
 

@@ -18,8 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from optimizers.harness.acceptance import Acceptance
-from optimizers.harness.racing import race
+from optimizers.harness import Acceptance, race
 
 
 @dataclass(frozen=True)

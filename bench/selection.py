@@ -51,7 +51,7 @@ import dspy
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the modes' own modules beside this script
 
-from optimizers.harness.meta_harness import MetaHarness, MetaHarnessConfig, sandboxed_evaluator
+from optimizers.harness import MetaHarness, MetaHarnessConfig, sandboxed_evaluator
 from whale_dspy.evaluation import EvalRequest, InProcessEvaluator
 from whale_dspy.harness import HarnessProgram, HarnessSource
 from whale_dspy.jsonl import atomic_write_json
@@ -145,7 +145,7 @@ def tiny_world(args: argparse.Namespace, stack: ExitStack) -> dict[str, Any]:
 def real_world(args: argparse.Namespace, stack: ExitStack) -> dict[str, Any]:
     from domains import domain_entry, get_domain
     from harness_programs import seed_harness
-    from optimizers.harness.proposers import ProposerOptions, proposer_from_spec
+    from optimizers.harness import ProposerOptions, proposer_from_spec
     from whale_cli.wiring import backend_for_model
 
     domain = get_domain(args.domain)
@@ -212,7 +212,7 @@ def decision_row(signal: Any, incumbent: str, meta: MetaHarness) -> dict[str, An
 def held_out(world: dict[str, Any], archive: Path, name: str, args: argparse.Namespace) -> dict[str, list]:
     """A harness's per-task scores on the held-out tasks, read once per code (every rule's search
     starts from h0, and one seeded proposer's first candidates are the same under every rule)."""
-    from optimizers.harness.archive import HarnessArchive
+    from optimizers.harness import HarnessArchive
 
     source = HarnessArchive(archive).source(name) if name != "c0000" else world["student"].source
     cache = args.out / "held-out" / f"{source.digest[:16]}.json"

@@ -7,7 +7,7 @@ import shlex
 from pathlib import Path
 
 from domains import DOMAIN_HELP
-from optimizers.engine.presets import PRESET_HELP, PRESETS
+from optimizers.engine import PRESET_HELP, PRESETS
 from whale_cli.run_settings import RunSettings
 from whale_dspy.backends.vllm_server import ADAPTER_SERVING, DEFAULT_MODEL
 from whale_dspy.defaults import SERVER_RESTARTS
@@ -57,22 +57,22 @@ def add_seed_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def schedule_help() -> str:
-    from optimizers.engine.schedules import SCHEDULE_HELP
+    from optimizers.engine import SCHEDULE_HELP
 
     return f"{SCHEDULE_HELP} (default {RunSettings.schedule})"
 
 
 def proposer_help() -> str:
     """The proposer registry's forms, and the CLI's own MODEL value."""
-    from optimizers.harness.proposers import PROPOSER_HELP
+    from optimizers.harness import PROPOSER_HELP
 
     return f"{PROPOSER_HELP} (MODEL 'served': the run's own served model)"
 
 
 def add_decision_arguments(parser: argparse.ArgumentParser) -> None:
     """How a harness phase decides to adopt a candidate (MetaHarnessConfig's fields; its defaults)."""
-    from optimizers.harness.acceptance import ACCEPTANCE_RULES
-    from optimizers.harness.config import MetaHarnessConfig as Config
+    from optimizers.harness import ACCEPTANCE_RULES
+    from optimizers.harness import MetaHarnessConfig as Config
 
     rules = "; ".join(f"{name}: {about}" for name, about in ACCEPTANCE_RULES.items())
     parser.add_argument(
@@ -98,8 +98,7 @@ def add_decision_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_run_arguments(parser: argparse.ArgumentParser, *, method: bool = True, schedule: bool = True) -> None:
     """The options `run`, `compare` and `study` share (defaults live in RunSettings)."""
-    from optimizers.engine.budget import BUDGET_UNITS
-    from optimizers.engine.methods import METHODS
+    from optimizers.engine import BUDGET_UNITS, METHODS
 
     parser.add_argument(
         "--config", type=Path, metavar="FILE",

@@ -47,8 +47,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def plan(args: argparse.Namespace) -> tuple[list[tuple[RunSettings, Path]], Path]:
     """Every (settings, run dir) of the comparison, validated before the server starts."""
-    from optimizers.engine.methods import get_method
-    from optimizers.engine.schedules import parse_schedule
+    from optimizers.engine import get_method, parse_schedule
     from whale_dspy.reporting.tables import schedule_label
 
     given = given_settings(args)

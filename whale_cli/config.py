@@ -12,8 +12,7 @@ import json
 from dataclasses import asdict, replace
 from typing import Any
 
-from optimizers.engine.auto import AUTO, auto_level
-from optimizers.engine.presets import get_preset
+from optimizers.engine import AUTO, auto_level, get_preset
 from whale_cli.arguments import add_run_arguments, add_seed_argument
 from whale_cli.run_settings import RunSettings
 from whale_cli.settings_file import given_settings, settings_from_args, settings_toml
@@ -64,8 +63,7 @@ def show_settings(settings: RunSettings) -> None:
     """Check the names the settings hold, then print them as a settings file with what they resolve to
     as comments (`whale config show`, `whale run --dry-run`)."""
     from domains import get_domain
-    from optimizers.engine.methods import get_method
-    from optimizers.engine.schedules import parse_schedule
+    from optimizers.engine import get_method, parse_schedule
 
     if settings.domain != PROGRAM:  # a user's own program has no registered domain
         get_domain(settings.domain)

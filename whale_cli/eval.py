@@ -18,7 +18,7 @@ import dspy
 from rich.console import Console
 
 from domains import DOMAIN_HELP
-from optimizers.engine.presets import PRESET_HELP, PRESETS, get_preset
+from optimizers.engine import PRESET_HELP, PRESETS, get_preset
 from whale_cli.arguments import add_dtype_argument, add_model_argument, add_thinking_argument
 from whale_cli.read_folder import TRACES_FILE, continued_rollouts, read_settings, record_settings, write_read
 from whale_cli.run_settings import RunSettings
@@ -139,7 +139,7 @@ def with_run_defaults(args: argparse.Namespace) -> argparse.Namespace:
         return argparse.Namespace(
             **{**given, "model": args.model or DEFAULT_MODEL, "preset": args.preset or RunSettings.preset}
         )
-    from optimizers.engine.report import load_report
+    from optimizers.engine import load_report
 
     settings, final = RunSettings.from_run(args.run), load_report(args.run)
     if not final.finished:

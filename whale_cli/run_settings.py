@@ -18,8 +18,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
-from optimizers.engine.presets import get_preset, run_sizing
-from optimizers.engine.whale_config import DECISION_FIELDS, WhaleConfig
+from optimizers.engine import DECISION_FIELDS, WhaleConfig, get_preset, run_sizing
 from whale_dspy.backends.vllm_server import ADAPTER_SERVING, DEFAULT_MODEL, thinking_template_kwargs
 from whale_dspy.defaults import DEFAULT_EVAL_K
 from whale_dspy.errors import ConfigError
@@ -185,6 +184,6 @@ class RunSettings:
 
 def agent_jail(read: Sequence[str], env: Sequence[str], network: bool) -> Any:
     """The jail of a `command:` proposer's agent (paths made absolute, as bubblewrap needs them)."""
-    from optimizers.harness.proposers import Jail
+    from optimizers.harness import Jail
 
     return Jail(tuple(str(Path(path).resolve()) for path in read), tuple(env), network)

@@ -25,9 +25,7 @@ from rich.console import Console
 from rich.table import Table
 
 from domains import DOMAIN_HELP
-from optimizers.engine.assembly import proposer_lm
-from optimizers.engine.presets import get_preset
-from optimizers.engine.whale_config import DECISION_FIELDS
+from optimizers.engine import DECISION_FIELDS, get_preset, proposer_lm
 from whale_cli.arguments import (
     add_agent_arguments,
     add_decision_arguments,
@@ -119,8 +117,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def prepare(args: argparse.Namespace) -> dict[str, Any]:
     """Domain, seed harness, tasks, proposer and config: every ConfigError before the server starts."""
     from domains import get_domain
-    from optimizers.harness.meta_harness import MetaHarnessConfig
-    from optimizers.harness.proposers import ProposerOptions, proposer_from_spec
+    from optimizers.harness import MetaHarnessConfig, ProposerOptions, proposer_from_spec
     from whale_cli.eval import resolve_harness
 
     domain = get_domain(args.domain)
@@ -160,7 +157,7 @@ def prepare(args: argparse.Namespace) -> dict[str, Any]:
 
 def search_evaluator(args: argparse.Namespace, config: Any) -> CandidateEvaluator:
     """The search's evaluator: the sandbox by default, in process with --no-sandbox."""
-    from optimizers.harness.meta_harness import sandboxed_evaluator
+    from optimizers.harness import sandboxed_evaluator
 
     if args.sandbox:
         return sandboxed_evaluator(config)
@@ -250,7 +247,7 @@ def search(
     setup: dict[str, Any], backend: InferenceBackend, args: argparse.Namespace, console: Console
 ) -> int:
     """Run the search on a started backend, then score h0 and the best harness on the test tasks."""
-    from optimizers.harness.meta_harness import MetaHarness
+    from optimizers.harness import MetaHarness
 
     domain, run_dir = setup["domain"], setup["run_dir"]
     adapter = load_adapter_folder(backend, args.adapter, args.model, "search")

@@ -89,9 +89,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def study_config(args: argparse.Namespace, settings: RunSettings) -> Any:
     """The StudyConfig from the flags; every check that needs no server happens here."""
-    from optimizers.engine.schedules import parse_schedule
-    from optimizers.study import StudyConfig
-    from optimizers.study.search_space import SearchSpace
+    from optimizers.engine import parse_schedule
+    from optimizers.study import SearchSpace, StudyConfig
 
     space = SearchSpace()
     if args.space is not None:
@@ -219,7 +218,7 @@ class ValidationListener:
     def __call__(self, event: dict[str, Any]) -> None:
         if event["kind"] != "evaluation":
             return
-        from optimizers.engine.checkpoint import read_state
+        from optimizers.engine import read_state
         from whale_dspy.rundir import RunDir
 
         if event["mean_at_k"] > self.best:
@@ -236,8 +235,7 @@ class ValidationListener:
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from optimizers.study import open_study, run_study, summarize
-    from optimizers.study.plots import save_plots
+    from optimizers.study import open_study, run_study, save_plots, summarize
 
     console = Console()
     settings = run_settings(args)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from domains import DOMAIN_HELP
-from optimizers.engine.presets import PRESET_HELP, PRESETS, get_preset
+from optimizers.engine import PRESET_HELP, PRESETS, get_preset
 from whale_cli.arguments import add_model_argument, add_thinking_argument
 from whale_cli.eval import add_harness_arguments
 from whale_dspy.backends.vllm_server import thinking_template_kwargs
@@ -79,7 +79,7 @@ def rft_config_from(args: argparse.Namespace) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     from domains import get_domain
-    from optimizers.weights.rft import RejectionSamplingFinetune
+    from optimizers.weights import RejectionSamplingFinetune
     from whale_cli.eval import adapter_context, resolve_harness
     from whale_cli.wiring import backend_for_model, served, thinking_server_options
     from whale_dspy.errors import ConfigError
@@ -129,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
 def _open_run(path: Path, config: dict[str, Any], resume: Path | None) -> Any:
     """The run's folder: a new one, or with --resume the recorded one (its settings must match).
     A folder that already holds steps is refused without --resume: its events would repeat steps."""
-    from optimizers.weights.rft import STEP_EVENT
+    from optimizers.weights import STEP_EVENT
     from whale_dspy.errors import ConfigError
     from whale_dspy.jsonl import repair_jsonl
     from whale_dspy.rundir import RunDir

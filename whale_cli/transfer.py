@@ -36,7 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def weights_of(spec: str, settings: RunSettings) -> tuple[str, AdapterRef | None]:
     """(label, adapter) for 'base' or another run's final adapter on the same base model."""
-    from optimizers.engine.report import load_report
+    from optimizers.engine import load_report
 
     if spec == "base":
         return "base", None
@@ -50,7 +50,7 @@ def weights_of(spec: str, settings: RunSettings) -> tuple[str, AdapterRef | None
 
 
 def run(args: argparse.Namespace) -> int:
-    from optimizers.engine.report import load_report
+    from optimizers.engine import load_report
 
     settings = RunSettings.from_run(args.run_dir)
     label, adapter = weights_of(args.adapter, settings)

@@ -151,7 +151,7 @@ def evaluate_on_test(
 ) -> Any:
     """Test mean@k of `source` (a run's harness) under `adapter`, on the run's checkpoint rollout
     ids; contained, since a run's harness is model-written unless it is the seed's own code."""
-    from optimizers.engine.whale import EVAL_NAMESPACE
+    from optimizers.engine import EVAL_NAMESPACE
     from whale_dspy.sandbox import ContainedEvaluator
 
     program = student_of(data, backend, settings, adapter=adapter).with_source(source)
@@ -181,7 +181,7 @@ def make_optimizer(
     these settings ask for, with what only the command line knows (its record, the agent's jail,
     the trainer's launcher) passed beside it."""
     from optimizers import WhaleOptimizer
-    from optimizers.engine.assembly import optimizer_kwargs
+    from optimizers.engine import optimizer_kwargs
 
     kwargs = optimizer_kwargs(
         settings.whale_config(settings.gpu_sizing()), run_dir, backend, data.domain.metric,
@@ -194,7 +194,7 @@ def make_optimizer(
 def shared_evaluations(settings: RunSettings, out: Path) -> Any:
     """OUT/shared-evals: where runs on one model and domain (a comparison's methods, a study's
     trials) share the evaluations of identical base-weight programs."""
-    from optimizers.engine.shared_evals import SharedEvaluations
+    from optimizers.engine import SharedEvaluations
 
     return SharedEvaluations(out / "shared-evals", scope=f"{settings.model}|{settings.domain}")
 

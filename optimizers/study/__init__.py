@@ -6,6 +6,9 @@ from __future__ import annotations
 from whale_dspy.lazy_exports import lazy_getattr
 
 _EXPORTS = {
+    "SearchSpace": "search_space",
+    "save_plots": "plots",
+} | {
     name: "studies"
     for name in (
         "PRUNERS",
