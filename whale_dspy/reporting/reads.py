@@ -1,7 +1,7 @@
 """Paired comparisons of `whale eval` reads: several programs scored on one task set.
 
 A comparison's checkpoints score 80 tasks; telling two methods apart by a few points needs
-hundreds (bench/RESULTS.md, the power analysis), so each method's final program is read on its
+hundreds (bench/HISTORY.md, the power analysis), so each method's final program is read on its
 own with `whale eval` on the same tasks and rollout ids, and the reads are paired here by task.
 """
 
