@@ -1,6 +1,6 @@
 """The alternation engine: WhaleOptimizer, its configuration (`WhaleConfig`, presets, `auto`),
-schedules, budget, checkpointed state, methods and reports. Names resolve on first use, so that
-building the command line's parser stays light; the modules behind them are internal and may move."""
+schedules, budget, checkpointed state, methods and reports. Names resolve on first use, as
+optimizers.study's do; the modules behind them are internal and may move."""
 
 from __future__ import annotations
 

@@ -57,7 +57,8 @@ class MergedAdapterServer(VLLMServer):
 
         self._base = SafetensorsFolder(resolve_model(self.model, cache_dir=self.cache_dir))
         super().start()
-        request_timeout_s, self.request_timeout_s = self.request_timeout_s, self.startup_timeout_s
+        request_timeout_s = self.request_timeout_s
+        self.request_timeout_s = max(request_timeout_s, self.startup_timeout_s)
         try:  # the first forward is part of the start: on an AVX2 CPU it took over 60 s beside a trainer
             self.probe.score_base()  # now, while it serves the base: later it would cost two swaps
         except BaseException:

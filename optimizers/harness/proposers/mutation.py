@@ -30,6 +30,8 @@ from whale_dspy.seeding import derive_seed
 log = logging.getLogger(__name__)
 
 ATTEMPTS_PER_CANDIDATE = 20
+COMPOSED = "; then "
+"""Joins a composed candidate's edits' hypotheses."""
 GUIDED_SHARE = 0.5
 """The share of a guided proposer's draws taken from the edits the traces call for (the rest explore)."""
 
@@ -37,8 +39,13 @@ GUIDED_SHARE = 0.5
 def refused_at_build(archive: HarnessArchive) -> set[str]:
     """The hypotheses of candidates that failed to build. An edit's build failure says what the
     task's tools cannot support (answers from a listing tool where none lists, a vote over an
-    episode's tools), which fails the same way on every parent: such an edit is not drawn again."""
-    return {meta.hypothesis for meta in archive.candidates if meta.stage == "build"}
+    episode's tools), which fails the same way on every parent: such an edit is not drawn again.
+    A composed candidate's failure ("A; then B") names no one edit, so it bans none."""
+    return {
+        meta.hypothesis
+        for meta in archive.candidates
+        if meta.stage == "build" and COMPOSED not in meta.hypothesis
+    }
 
 
 class MutationProposer:
@@ -96,7 +103,7 @@ class MutationProposer:
                 name="-".join([parent.name, "+".join(edit.name for edit in chosen)]),
                 code=code,
                 parent=parent.name,
-                hypothesis="; then ".join(self._hypothesis(edit, called_for[parent.name]) for edit in chosen),
+                hypothesis=COMPOSED.join(self._hypothesis(edit, called_for[parent.name]) for edit in chosen),
             )
             if source.digest not in seen:
                 seen.add(source.digest)

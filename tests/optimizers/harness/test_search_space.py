@@ -318,3 +318,12 @@ def test_a_labeled_demo_reaches_a_retrieval_predictor_and_never_its_own_task():
     )
     assert "What is 3+3?" in shown and shown.count("What is 2+2?") == 1  # the passages-less demo is shown
     assert "not supplied" in shown  # DSPy marks the demo's missing passages
+
+
+def test_a_composed_candidate_that_failed_to_build_bans_neither_of_its_edits(tmp_path):
+    choices = EDITS_BY_NAME["answer_from_choices"]
+    refused = source(BROKEN["raising_build"], hypothesis=f"{choices.hypothesis}; then something else")
+    archive = archive_with(tmp_path / "archive", [[refused]], h0=GOOD)
+    assert archive.get("c0001").stage == "build"
+    drawn = [s for seed in range(60) for s in MutationProposer(seed).propose(archive, 3)]
+    assert [s for s in drawn if s.name.endswith("-answer_from_choices")]  # no one edit is to blame
