@@ -51,6 +51,7 @@ import dspy
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the modes' own modules beside this script
 
+from optimizers.engine import WhaleConfig
 from optimizers.harness import MetaHarness, MetaHarnessConfig, sandboxed_evaluator
 from whale_dspy.evaluation import EvalRequest, InProcessEvaluator
 from whale_dspy.harness import HarnessProgram, HarnessSource
@@ -283,7 +284,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser.add_argument("--domain", default="squad:score=f1")
     parser.add_argument("--model", default="qwen2.5-coder-0.5b")
     parser.add_argument("--server-url", dest="server_url")
-    parser.add_argument("--proposer", default="mutation")
+    parser.add_argument("--proposer", default=WhaleConfig.proposer)
     parser.add_argument("--rules", nargs="+", default=list(RULES), choices=list(RULES))
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--iterations", type=int, default=4, help="iterations per search, h0's included")

@@ -20,24 +20,24 @@ from typing import Any, ClassVar
 
 from optimizers.engine import DECISION_FIELDS, WhaleConfig, get_preset, run_sizing
 from whale_dspy.backends.vllm_server import ADAPTER_SERVING, DEFAULT_MODEL, thinking_template_kwargs
-from whale_dspy.defaults import DEFAULT_EVAL_K
 from whale_dspy.errors import ConfigError
 from whale_dspy.rundir import RunDir
 
 
 @dataclass(frozen=True)
 class RunSettings:
-    """Everything `whale run` was asked for; one run directory holds exactly one of these."""
+    """Everything `whale run` was asked for; one run directory holds exactly one of these. The
+    engine's knobs default to WhaleConfig's (their one home)."""
 
     domain: str
-    method: str = "whale"
-    schedule: str = "fixed:0.6,5"
-    budget: int = 2000
+    method: str = WhaleConfig.method
+    schedule: str = WhaleConfig.schedule
+    budget: int = WhaleConfig.budget
     model: str = DEFAULT_MODEL
     seed: int = 0
     eval_every: int | None = None
-    eval_k: int = DEFAULT_EVAL_K
-    proposer: str = "mutation"
+    eval_k: int = WhaleConfig.eval_k
+    proposer: str = WhaleConfig.proposer
     preset: str = "cpu"
     weight_share: float | None = None
     train_limit: int | None = None
@@ -72,7 +72,7 @@ class RunSettings:
     """Each GPU's memory, for sizing a GPU preset's run; default what torch sees when the run starts
     (give it to size a run, or check a GPU settings file, on a machine without the GPUs)."""
 
-    budget_unit: str = "rollouts"
+    budget_unit: str = WhaleConfig.budget_unit
     """What `budget` counts: rollouts, policy LM calls or completion tokens (optimizers.engine.budget)."""
     acceptance: str | None = None
     confidence: float | None = None
@@ -150,10 +150,6 @@ class RunSettings:
     def every(self) -> int:
         """Test evaluations every this many budget units (`WhaleConfig.every`)."""
         return self.whale_config().every
-
-    def rft_config(self, sizing: Any = None) -> Any:
-        """The weight phase's config (`whale_config(sizing).rft`)."""
-        return self.whale_config(sizing).rft
 
     def pinned(self) -> RunSettings:
         """A new run's settings with the GPUs it sizes for written in (a GPU preset, none given), so

@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.table import Table
 
 from domains import DOMAIN_HELP
-from optimizers.engine import DECISION_FIELDS, get_preset, proposer_lm
+from optimizers.engine import DECISION_FIELDS, WhaleConfig, get_preset, proposer_lm
 from whale_cli.arguments import (
     add_agent_arguments,
     add_decision_arguments,
@@ -66,7 +66,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--domain", required=True, help=DOMAIN_HELP)
     parser.add_argument(
         "--proposer",
-        default="mutation",
+        default=WhaleConfig.proposer,
         help=proposer_help(),
     )
     add_agent_arguments(parser)

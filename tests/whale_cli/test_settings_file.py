@@ -99,8 +99,9 @@ def test_the_trainer_is_placed_by_the_settings(tmp_path: Path) -> None:
         ["run", "--domain", "math", "--train-device", "cuda:1", "--train-launcher", "ssh trainhost"]
     )
     assert settings.train_launcher == ("ssh", "trainhost")
-    assert settings.rft_config().training.device == "cuda:1"
-    assert RunSettings(domain="math", preset="gpu").rft_config().training.device == "cuda"  # the preset's
+    assert settings.whale_config().rft.training.device == "cuda:1"
+    gpu = RunSettings(domain="math", preset="gpu").whale_config()
+    assert gpu.rft.training.device == "cuda"  # the preset's
     with pytest.raises(ConfigError, match="device must be"):
         RunSettings(domain="math", train_device="tpu")
 
@@ -110,10 +111,10 @@ def test_a_preset_sizes_both_phases_and_an_unknown_one_names_the_valid() -> None
 
     for name, preset in PRESETS.items():
         meta = preset.meta_harness_config(seed=1, prompt_only=False)
-        rft = RunSettings(domain="math", preset=name, seed=1).rft_config()
+        rft = RunSettings(domain="math", preset=name, seed=1).whale_config().rft
         assert meta.seed == 1 and rft.seed == 1
         assert all(getattr(meta, key) == value for key, value in preset.meta_harness.items())
-    assert RunSettings(domain="math", preset="gpu").rft_config().k == 8  # WHALE's k on a GPU
+    assert RunSettings(domain="math", preset="gpu").whale_config().rft.k == 8  # WHALE's k on a GPU
     assert PRESETS["cpu"].meta_harness_config().tasks == 8
     with pytest.raises(ConfigError, match="valid presets are cpu, gpu"):
         RunSettings(domain="math", preset="tpu")

@@ -55,13 +55,13 @@ def test_a_gpu_preset_run_is_sized_on_cpu_when_told_the_gpus_and_refused_when_no
     folder = model_folder(tmp_path, QWEN3_4B, weights_gib=8.0)
     settings = RunSettings(domain="math", preset="gpu", model=str(folder), gpu_memory_gib=(24,))
     sizing = settings.gpu_sizing()
-    config = settings.rft_config(sizing)
+    config = settings.whale_config(sizing).rft
     assert config.threads == sizing.threads == 3 and config.training.gradient_checkpointing
     assert config.training.device == "cuda:0"
     moved = RunSettings(
         domain="math", preset="gpu", model=str(folder), gpu_memory_gib=(24,), train_device="cuda:2"
     )
-    assert moved.rft_config(moved.gpu_sizing()).training.device == "cuda:2"  # the setting wins
+    assert moved.whale_config(moved.gpu_sizing()).rft.training.device == "cuda:2"  # the setting wins
     server = make_backend(settings, tmp_path / "logs")
     assert server.kv_cache_gib == sizing.kv_cache_gib  # the run's own server gets the sized cache
     assert server.max_model_len == sizing.max_model_len <= 2 * 2**30 // kv_bytes_per_token(QWEN3_4B)
@@ -70,7 +70,7 @@ def test_a_gpu_preset_run_is_sized_on_cpu_when_told_the_gpus_and_refused_when_no
     # no GPU here and none given, or a hub id not in the local cache: the preset's fixed sizes
     assert RunSettings(domain="math", preset="gpu", model=str(folder)).gpu_sizing() is None
     hub = RunSettings(domain="math", preset="gpu", model="nobody/not-cached", gpu_memory_gib=(80,))
-    assert hub.gpu_sizing() is None and hub.rft_config(hub.gpu_sizing()).threads == MAX_THREADS
+    assert hub.gpu_sizing() is None and hub.whale_config(hub.gpu_sizing()).rft.threads == MAX_THREADS
     from optimizers.engine.presets import get_preset
 
     unsized = get_preset("gpu").meta_harness_config()  # both phases keep the same rollouts in flight
@@ -84,7 +84,7 @@ def test_a_run_is_sized_once_so_its_server_and_phases_agree_and_a_fallback_warns
     unseen = RunSettings(domain="math", preset="gpu", model="nobody/also-not-cached", gpu_memory_gib=(80,))
     with caplog.at_level("WARNING", logger="optimizers.engine.presets"):
         make_backend(unseen, tmp_path / "logs")  # the server asks, then the phases
-        assert unseen.rft_config(unseen.gpu_sizing()).threads == MAX_THREADS
+        assert unseen.whale_config(unseen.gpu_sizing()).rft.threads == MAX_THREADS
     assert [r.getMessage() for r in caplog.records].count(
         "the gpu preset runs unsized, at its fixed sizes: the model is no local folder"
     ) == 1
@@ -93,9 +93,10 @@ def test_a_run_is_sized_once_so_its_server_and_phases_agree_and_a_fallback_warns
 def test_the_thinking_switch_reaches_the_runs_own_server_and_its_trainer(tmp_path):
     folder = model_folder(tmp_path, QWEN25_05B, weights_gib=0.5)
     settings = RunSettings(domain="math", model=str(folder), thinking=False, adapters="runtime")
-    assert settings.rft_config().training.chat_template_kwargs == {"enable_thinking": False}
+    assert settings.whale_config().rft.training.chat_template_kwargs == {"enable_thinking": False}
     assert make_backend(settings, tmp_path / "logs").chat_template_kwargs == {"enable_thinking": False}
-    assert RunSettings(domain="math").rft_config().training.chat_template_kwargs == {}  # the template's own
+    default = RunSettings(domain="math").whale_config()
+    assert default.rft.training.chat_template_kwargs == {}  # the template's own
 
 
 def test_a_new_gpu_run_records_the_gpus_it_was_sized_for():
