@@ -50,6 +50,9 @@ class Edit:
     hypothesis: str
     apply: EditFn
     prompt_only: bool = False
+    setting: str | None = None
+    """The harness setting the edit writes (a module constant); two edits of one setting compose to
+    the second alone, so a composed candidate takes at most one of them."""
 
 
 # -- source helpers -------------------------------------------------------------------------
@@ -296,7 +299,7 @@ def trace_edits(
 
 
 def _shots_edit(name: str, hypothesis: str, demos: list[dict[str, object]]) -> Edit:
-    return Edit(name, hypothesis, lambda code, _rng: few_shot(code, demos))
+    return Edit(name, hypothesis, lambda code, _rng: few_shot(code, demos), setting="DEMOS")
 
 
 def set_output_adapter(code: str, adapter: str) -> str | None:
@@ -366,11 +369,13 @@ EDITS: tuple[Edit, ...] = (
         "more_turns",
         "A larger turn budget (MAX_TURNS) lets the agent finish more tasks.",
         _scale_constant("MAX_TURNS", lambda n: n + max(1, n // 2)),
+        setting="MAX_TURNS",
     ),
     Edit(
         "fewer_turns",
         "A smaller turn budget (MAX_TURNS) stops runaway episodes at the same accuracy.",
         _scale_constant("MAX_TURNS", lambda n: max(1, n - max(1, n // 3))),
+        setting="MAX_TURNS",
     ),
     Edit(
         "instructions",
@@ -382,16 +387,19 @@ EDITS: tuple[Edit, ...] = (
         "constrained_decoding_on",
         "JSON output constrained to the signature's schema removes parse failures.",
         lambda code, rng: set_output_adapter(code, "json"),
+        setting="OUTPUT_ADAPTER",
     ),
     Edit(
         "greedy_decoding",
         "Greedy decoding (temperature 0, the harness's own setting) stops unlucky samples.",
         own_sampling("TEMPERATURE", lambda current: 0.0),
+        setting="TEMPERATURE",
     ),
     Edit(
         "sampled_decoding",
         "Sampling at temperature 1 (the harness's own setting) explores answers greedy decoding misses.",
         own_sampling("TEMPERATURE", lambda current: 1.0, add=False),
+        setting="TEMPERATURE",
     ),
     Edit(
         "more_tokens",
@@ -413,16 +421,19 @@ EDITS: tuple[Edit, ...] = (
         "Decoding the answer as one of the values a tool lists (a Literal, e.g. the legal moves) stops "
         "answers outside the set.",
         constrained_answer("choices"),
+        setting="ANSWER_VALUES",
     ),
     Edit(
         "numeric_answer",
         "Decoding the answer as a number (structured output) stops words and units around it.",
         constrained_answer("number"),
+        setting="ANSWER_VALUES",
     ),
     Edit(
         "constrained_decoding_off",
         "Free-form chat output lets the model reason in its own format.",
         lambda code, rng: set_output_adapter(code, "chat"),
+        setting="OUTPUT_ADAPTER",
     ),
 )
 """Every structural edit; `prompt_only` marks those that change nothing but prompt text."""

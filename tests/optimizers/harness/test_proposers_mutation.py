@@ -183,6 +183,20 @@ def test_composed_candidates_carry_two_different_edits_each_applied(tmp_path):
         MutationProposer(depth=0)
 
 
+def test_composed_candidates_never_pair_two_edits_of_one_setting(tmp_path):
+    archive = archive_with(tmp_path / "a", [[source(GOOD)]])
+    temperature = {"greedy_decoding", "sampled_decoding"}
+    catalogue = tuple(EDITS_BY_NAME[name] for name in (*sorted(temperature), "chain_of_thought"))
+    pairs = [
+        set(candidate.name.split("-", 1)[1].split("+"))
+        for seed in range(6)
+        for candidate in MutationProposer(seed=seed, depth=2, edits=catalogue).propose(archive, 3)
+    ]
+    assert any(pair & temperature for pair in pairs)
+    for one_setting in (temperature, {"few_shot", "labeled_demos"}):  # the second would undo the first
+        assert not any(one_setting <= pair for pair in pairs)
+
+
 def test_mutation_starts_from_h0_while_nothing_is_valid(tmp_path):
     archive = archive_with(tmp_path / "a", h0=BROKEN["raising_forward"])
     assert not archive.best(1)
