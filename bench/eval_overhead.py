@@ -149,8 +149,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=1, help="A-B-B-A rounds")
     parser.add_argument("--tiny", action="store_true", help="on the shipped fake vLLM, in seconds (CI)")
     args = parser.parse_args(argv)
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from whale_dspy.offline import local_only
+
+    local_only()
 
     from domains import domain_entry, get_domain
     from harness_programs import seed_harness

@@ -24,8 +24,9 @@ import tempfile
 import time
 from pathlib import Path
 
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+from whale_dspy.offline import local_only
+
+local_only()  # before dspy is imported
 
 import dspy  # noqa: E402
 

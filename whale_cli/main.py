@@ -19,6 +19,7 @@ from typing import NoReturn
 from whale_cli.logs import quiet_libraries
 from whale_dspy.backends.process import kill_all_now
 from whale_dspy.errors import WhaleError
+from whale_dspy.offline import local_only
 from whale_dspy.progress import TRUNCATIONS
 
 SUBCOMMANDS = (
@@ -35,13 +36,6 @@ SUBCOMMANDS = (
     "whale_cli.transfer",
     "whale_cli.config",
 )
-
-
-def _quiet_offline_defaults() -> None:
-    """No hub and no cost-map fetch: every model and data file is local."""
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -104,7 +98,7 @@ def _wide_tables_in_logs() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    _quiet_offline_defaults()
+    local_only()
     _wide_tables_in_logs()
     stop = StopOnSignals()
     signal.signal(signal.SIGINT, stop)

@@ -9,7 +9,6 @@ find the server and the LoRA trainer on the student's LM.
 from __future__ import annotations
 
 import atexit
-import os
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -46,9 +45,6 @@ def LM(  # noqa: N802 - named as dspy.LM, which it stands in for
     from whale_dspy.training.config import LoraTrainingConfig
     from whale_dspy.training.lora_trainer import LoraTrainer
 
-    # DSPy refreshes its model metadata over the network on first use (a 5 s timeout and a warning
-    # offline); the bundled snapshot describes a served model as well. A user's setting wins.
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     folder = Path(folder or tempfile.mkdtemp(prefix="whale-lm-"))
     folder.mkdir(parents=True, exist_ok=True)
     base = resolve_model(model)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from whale_dspy.backends.adapter_probe import AdapterProbe, Scores, completion_scores, probe_request
 from whale_dspy.defaults import SERVED_LM_SAMPLING
 from whale_dspy.errors import BackendError
+from whale_dspy.offline import local_only
 from whale_dspy.provenance import adapter_checksums
 from whale_dspy.records import AdapterRef
 
@@ -40,7 +41,8 @@ def register_dspy_provider() -> None:
     """Declare vLLM servers to DSPy's native engine as honouring json_schema response formats.
 
     An undeclared `openai/<name>` model is unknown to DSPy's catalogue, so its
-    JSONAdapter never sends `response_format`; vLLM does constrained decoding.
+    JSONAdapter never sends `response_format`; vLLM does constrained decoding. Every LM our backends
+    make passes here, so the environment is defaulted to local files here too (whale_dspy.offline).
     """
     from dspy.lm15 import AccessPolicy, EndpointSupport, ModelSupport, ProviderDefinition, register_provider
 
@@ -52,6 +54,7 @@ def register_dspy_provider() -> None:
     )
     definition = ProviderDefinition.chat(access, compat="vllm", placeholder_key="EMPTY")
     register_provider(definition, supports=ModelSupport(response_schema=True))
+    local_only()
 
 
 class RemoteServer:
