@@ -125,6 +125,10 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, method: bool = True, s
         "--eval-k", dest="eval_k", type=int, help=f"samples per test task (default {RunSettings.eval_k})"
     )
     parser.add_argument(
+        "--max-tokens", dest="max_tokens", type=int,
+        help="each LM call's completion budget, in every phase and checkpoint (default: the preset's)",
+    )  # fmt: skip
+    parser.add_argument(
         "--proposer",
         help=f"harness proposer: {proposer_help()}",
     )

@@ -58,7 +58,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )  # fmt: skip
     parser.add_argument("--temperature", type=float, default=None, help="default: the preset's")
     parser.add_argument(
-        "--max-tokens", dest="max_tokens", type=int, default=None, help="default: the preset's"
+        "--max-tokens", dest="max_tokens", type=int, default=None, help="default: --run's, else the preset's"
     )
     parser.add_argument("--threads", type=int, default=DEFAULT_THREADS)
     add_model_argument(parser, default=None, shown=f"--run's, else {DEFAULT_MODEL}")
@@ -157,6 +157,7 @@ def with_run_defaults(args: argparse.Namespace) -> argparse.Namespace:
             "harness": args.harness or str(args.run / final.harness["path"]),
             "adapter": args.adapter or adapter,
             "preset": args.preset or settings.preset,
+            "max_tokens": settings.max_tokens if args.max_tokens is None else args.max_tokens,
             "thinking": settings.thinking if args.thinking is None else args.thinking,
         }
     )

@@ -74,6 +74,10 @@ class RunSettings:
 
     budget_unit: str = WhaleConfig.budget_unit
     """What `budget` counts: rollouts, policy LM calls or completion tokens (optimizers.engine.budget)."""
+    max_tokens: int | None = None
+    """Each LM call's completion budget in the run (weight phase, harness phase, checkpoints and a
+    `whale eval` of the run): a domain whose answers reason at length (GSM8K) needs more than the
+    cpu preset's; None: the preset's."""
     acceptance: str | None = None
     confidence: float | None = None
     margin: float | None = None
@@ -85,6 +89,7 @@ class RunSettings:
         "thinking",
         "gpu_memory_gib",
         "budget_unit",
+        "max_tokens",
         *DECISION_FIELDS,
     )
     """Fields added after runs were recorded: a record leaves them out while they hold their
@@ -144,7 +149,10 @@ class RunSettings:
             training = replace(training, chat_template_kwargs=thinking_template_kwargs(self.thinking))
         if self.train_device is not None:
             training = replace(training, device=self.train_device)
-        return replace(config, rft=replace(config.rft, training=training))
+        rft = replace(config.rft, training=training)
+        if self.max_tokens is not None:
+            rft = replace(rft, max_tokens=self.max_tokens)
+        return replace(config, rft=rft)
 
     @property
     def every(self) -> int:
@@ -167,8 +175,8 @@ class RunSettings:
 
     @property
     def sampling(self) -> dict[str, Any]:
-        """The preset's sampling (`WhaleConfig.sampling`): every program the run binds and evaluates."""
-        return get_preset(self.preset).sampling()
+        """The run's sampling (`WhaleConfig.sampling`): every program the run binds and evaluates."""
+        return self.whale_config().sampling
 
     @classmethod
     def from_run(cls, run_dir: Path) -> RunSettings:

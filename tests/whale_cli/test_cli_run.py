@@ -207,14 +207,15 @@ def test_eval_of_a_run_samples_as_the_run_did_and_refuses_an_unfinished_one(fini
 
     run_dir = Path(shutil.copytree(finished[0], tmp_path / "run"))
     config = json.loads((run_dir / "config.json").read_text())
-    config["cli"] |= {"preset": "gpu", "thinking": False}
+    config["cli"] |= {"preset": "gpu", "thinking": False, "max_tokens": 600}
     (run_dir / "config.json").write_text(json.dumps(config))
     parse = lambda *argv: build_parser().parse_args(["eval", "--run", str(run_dir), "--adapter", ".", *argv])  # noqa: E731
     filled = eval_command.with_run_defaults(parse())
-    assert (filled.preset, filled.thinking) == ("gpu", False)  # max_tokens 2048, as the run sampled
+    assert (filled.preset, filled.thinking) == ("gpu", False)
+    assert eval_command.eval_sampling(filled)["max_tokens"] == 600  # the run's, not the preset's 2048
     assert eval_command.eval_sampling(filled) == run.RunSettings.from_run(run_dir).sampling
-    told = eval_command.with_run_defaults(parse("--preset", "cpu", "--thinking"))
-    assert (told.preset, told.thinking) == ("cpu", True)  # the flags given win
+    told = eval_command.with_run_defaults(parse("--preset", "cpu", "--thinking", "--max-tokens", "64"))
+    assert (told.preset, told.thinking, told.max_tokens) == ("cpu", True, 64)  # the flags given win
     checkpoint = json.loads((run_dir / "checkpoint.json").read_text())
     (run_dir / "checkpoint.json").write_text(json.dumps({**checkpoint, "finished": None}))
     with pytest.raises(ConfigError, match="is unfinished"):

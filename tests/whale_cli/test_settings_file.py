@@ -120,6 +120,19 @@ def test_a_preset_sizes_both_phases_and_an_unknown_one_names_the_valid() -> None
         RunSettings(domain="math", preset="tpu")
 
 
+def test_max_tokens_sets_every_phase_and_checkpoint_and_old_records_leave_it_out() -> None:
+    preset = RunSettings(domain="math")
+    assert preset.record().get("max_tokens") is None  # a run recorded before the field resumes
+    settings = settings_of(["run", "--domain", "math", "--max-tokens", "512"])
+    config = settings.whale_config()
+    assert config.rft.max_tokens == 512 and config.sampling["max_tokens"] == 512
+    assert settings.sampling == config.sampling != preset.sampling
+    assert settings.record()["max_tokens"] == 512
+    assert RunSettings(**settings.record()) == settings
+    with pytest.raises(ConfigError, match="max_tokens"):
+        RunSettings(domain="math", max_tokens=0)
+
+
 def test_whale_eval_samples_as_the_run_it_checks_unless_told_otherwise() -> None:
     from optimizers.engine.presets import PRESETS
     from whale_cli.eval import eval_sampling, with_run_defaults
