@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from whale_dspy.backends.adapter_probe import AdapterProbe, Scores, completion_scores, probe_request
 from whale_dspy.defaults import SERVED_LM_SAMPLING
 from whale_dspy.errors import BackendError
-from whale_dspy.offline import local_only
+from whale_dspy.offline import no_metadata_fetch
 from whale_dspy.provenance import adapter_checksums
 from whale_dspy.records import AdapterRef
 
@@ -42,8 +42,9 @@ def register_dspy_provider() -> None:
 
     An undeclared `openai/<name>` model is unknown to DSPy's catalogue, so its
     JSONAdapter never sends `response_format`; vLLM does constrained decoding. Every LM our backends
-    make passes here, so the environment is defaulted to local files here too (whale_dspy.offline).
+    make passes here, so DSPy's metadata fetch is turned off here too (whale_dspy.offline).
     """
+    no_metadata_fetch()
     from dspy.lm15 import AccessPolicy, EndpointSupport, ModelSupport, ProviderDefinition, register_provider
 
     access = AccessPolicy(
@@ -54,7 +55,6 @@ def register_dspy_provider() -> None:
     )
     definition = ProviderDefinition.chat(access, compat="vllm", placeholder_key="EMPTY")
     register_provider(definition, supports=ModelSupport(response_schema=True))
-    local_only()
 
 
 class RemoteServer:
