@@ -50,9 +50,10 @@ class Edit:
     hypothesis: str
     apply: EditFn
     prompt_only: bool = False
-    setting: str | None = None
-    """The harness setting the edit writes (a module constant); two edits of one setting compose to
-    the second alone, so a composed candidate takes at most one of them."""
+    settings: frozenset[str] = frozenset()
+    """What of the harness the edit decides: two edits that share one compose to one of them (the
+    second writes the same constant, or one makes the other idle: greedy decoding leaves a vote
+    nothing to vote over), so a composed candidate takes at most one of them."""
 
 
 # -- source helpers -------------------------------------------------------------------------
@@ -299,7 +300,7 @@ def trace_edits(
 
 
 def _shots_edit(name: str, hypothesis: str, demos: list[dict[str, object]]) -> Edit:
-    return Edit(name, hypothesis, lambda code, _rng: few_shot(code, demos), setting="DEMOS")
+    return Edit(name, hypothesis, lambda code, _rng: few_shot(code, demos), settings=frozenset({"DEMOS"}))
 
 
 def set_output_adapter(code: str, adapter: str) -> str | None:
@@ -319,6 +320,12 @@ RESAMPLING = (blocks.run_with, blocks.sample_id, blocks.run_sample, blocks.refus
 """What a block that re-runs the harness needs (distinct samples, the kept one named, no episode state)."""
 RESAMPLING_KNOBS = {"WINNING_SAMPLE": blocks.WINNING_SAMPLE}
 
+RESAMPLED = ("VOTES", "RETRIES")
+"""What re-runs the harness for another sample: greedy decoding leaves it the same answer again."""
+ANSWER_DECODING = frozenset({"OUTPUT_ADAPTER"})
+"""How the answer is decoded: JSON or chat output, or as one of listed values or a number (a JSON
+adapter of its own): the outer of two such edits decides alone."""
+
 EDITS: tuple[Edit, ...] = (
     Edit(
         "chain_of_thought",
@@ -334,6 +341,7 @@ EDITS: tuple[Edit, ...] = (
             {"VOTES": blocks.VOTES, **RESAMPLING_KNOBS},
             "MajorityVote({inner}, signature, tools)",
         ),
+        settings=frozenset({"VOTES"}),
     ),
     Edit(
         "verify_retry",
@@ -349,6 +357,7 @@ EDITS: tuple[Edit, ...] = (
             },
             "VerifyAndRetry({inner}, signature, tools)",
         ),
+        settings=frozenset({"RETRIES"}),
     ),
     Edit(
         "answer_fallback",
@@ -369,13 +378,13 @@ EDITS: tuple[Edit, ...] = (
         "more_turns",
         "A larger turn budget (MAX_TURNS) lets the agent finish more tasks.",
         _scale_constant("MAX_TURNS", lambda n: n + max(1, n // 2)),
-        setting="MAX_TURNS",
+        settings=frozenset({"MAX_TURNS"}),
     ),
     Edit(
         "fewer_turns",
         "A smaller turn budget (MAX_TURNS) stops runaway episodes at the same accuracy.",
         _scale_constant("MAX_TURNS", lambda n: max(1, n - max(1, n // 3))),
-        setting="MAX_TURNS",
+        settings=frozenset({"MAX_TURNS"}),
     ),
     Edit(
         "instructions",
@@ -387,19 +396,19 @@ EDITS: tuple[Edit, ...] = (
         "constrained_decoding_on",
         "JSON output constrained to the signature's schema removes parse failures.",
         lambda code, rng: set_output_adapter(code, "json"),
-        setting="OUTPUT_ADAPTER",
+        settings=ANSWER_DECODING,
     ),
     Edit(
         "greedy_decoding",
         "Greedy decoding (temperature 0, the harness's own setting) stops unlucky samples.",
         own_sampling("TEMPERATURE", lambda current: 0.0),
-        setting="TEMPERATURE",
+        settings=frozenset({"TEMPERATURE", *RESAMPLED}),
     ),
     Edit(
         "sampled_decoding",
         "Sampling at temperature 1 (the harness's own setting) explores answers greedy decoding misses.",
         own_sampling("TEMPERATURE", lambda current: 1.0, add=False),
-        setting="TEMPERATURE",
+        settings=frozenset({"TEMPERATURE"}),
     ),
     Edit(
         "more_tokens",
@@ -421,19 +430,19 @@ EDITS: tuple[Edit, ...] = (
         "Decoding the answer as one of the values a tool lists (a Literal, e.g. the legal moves) stops "
         "answers outside the set.",
         constrained_answer("choices"),
-        setting="ANSWER_VALUES",
+        settings=ANSWER_DECODING,
     ),
     Edit(
         "numeric_answer",
         "Decoding the answer as a number (structured output) stops words and units around it.",
         constrained_answer("number"),
-        setting="ANSWER_VALUES",
+        settings=ANSWER_DECODING,
     ),
     Edit(
         "constrained_decoding_off",
         "Free-form chat output lets the model reason in its own format.",
         lambda code, rng: set_output_adapter(code, "chat"),
-        setting="OUTPUT_ADAPTER",
+        settings=ANSWER_DECODING,
     ),
 )
 """Every structural edit; `prompt_only` marks those that change nothing but prompt text."""

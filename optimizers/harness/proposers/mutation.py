@@ -49,9 +49,9 @@ def refused_at_build(archive: HarnessArchive) -> set[str]:
 
 
 def clashes(edit: Edit, other: Edit) -> bool:
-    """Whether two edits cannot make one composed candidate: the same edit, or two that write one
-    setting (the second would undo the first)."""
-    return edit.name == other.name or (edit.setting is not None and edit.setting == other.setting)
+    """Whether two edits cannot make one composed candidate: the same edit, or two that decide one
+    thing (`Edit.settings`: together they would be one of them)."""
+    return edit.name == other.name or bool(edit.settings & other.settings)
 
 
 class MutationProposer:
@@ -121,15 +121,15 @@ class MutationProposer:
     def _compose(
         self, parent: HarnessSource, edits: tuple[Edit, ...], called_for: dict[str, str], rng: random.Random
     ) -> tuple[str, list[Edit]] | None:
-        """The parent's code after `depth` different edits of different settings, each drawn as
-        `guided` says, or None when a drawn edit does not apply (the caller draws again, from a
-        parent: at depth 1 this draws exactly as one edit a candidate always has, so recorded
-        searches replay)."""
+        """The parent's code after up to `depth` edits that do not clash, each drawn as `guided`
+        says, or None when a drawn edit does not apply (the caller draws again, from a parent: at
+        depth 1 this draws exactly as one edit a candidate always has, so recorded searches
+        replay)."""
         code, chosen = parent.code, []
         for _ in range(self.depth):
             left = [edit for edit in edits if not any(clashes(edit, done) for done in chosen)]
-            if not left:
-                return None
+            if not left:  # fewer edits than `depth` can compose here (prompt-only mode has one)
+                break
             indicated = [edit for edit in left if edit.name in called_for]
             edit = rng.choice(indicated if indicated and rng.random() < GUIDED_SHARE else left)
             code = edit.apply(code, rng)

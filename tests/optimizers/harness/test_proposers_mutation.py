@@ -15,6 +15,7 @@ from meta_harness_helpers import BROKEN, GOOD, QA, TOY, archive_with, exact, lm,
 from optimizers.harness.meta_harness import MetaHarness, MetaHarnessConfig
 from optimizers.harness.proposers import EDITS, MutationProposer, set_output_adapter
 from optimizers.harness.proposers.edits import EDITS_BY_NAME, FEW_SHOT_HYPOTHESIS
+from optimizers.harness.proposers.mutation import clashes
 from optimizers.harness.validation import check_imports, prompt_only_violation
 from whale_dspy.errors import ConfigError
 from whale_dspy.harness import HarnessProgram, HarnessSource, load_build
@@ -195,6 +196,29 @@ def test_composed_candidates_never_pair_two_edits_of_one_setting(tmp_path):
     assert any(pair & temperature for pair in pairs)
     for one_setting in (temperature, {"few_shot", "labeled_demos"}):  # the second would undo the first
         assert not any(one_setting <= pair for pair in pairs)
+
+
+@pytest.mark.parametrize(
+    "first, second",
+    [
+        ("greedy_decoding", "sampled_decoding"),  # one TEMPERATURE
+        ("more_turns", "fewer_turns"),  # one MAX_TURNS
+        ("greedy_decoding", "majority_vote"),  # five greedy samples: one answer five times
+        ("greedy_decoding", "verify_retry"),  # a greedy retry repeats the answer it retries
+        ("constrained_decoding_on", "numeric_answer"),  # the answer's adapter decides alone
+        ("constrained_decoding_off", "answer_from_choices"),
+        ("answer_from_choices", "numeric_answer"),
+    ],
+)
+def test_edits_that_would_be_one_edit_together_clash(first, second):
+    assert clashes(EDITS_BY_NAME[first], EDITS_BY_NAME[second])
+    assert not clashes(EDITS_BY_NAME[first], EDITS_BY_NAME["chain_of_thought"])
+
+
+def test_composed_in_prompt_only_mode_makes_the_one_edit_it_has(tmp_path):
+    archive = archive_with(tmp_path / "a")
+    proposed = MutationProposer(seed=0, prompt_only=True, depth=2).propose(archive, 2)
+    assert proposed and all(s.name.endswith("-instructions") for s in proposed)
 
 
 def test_mutation_starts_from_h0_while_nothing_is_valid(tmp_path):
