@@ -18,7 +18,7 @@ import dspy
 from rich.console import Console
 
 from domains import DOMAIN_HELP
-from optimizers.engine import PRESET_HELP, PRESETS, get_preset
+from optimizers.engine import PRESET_HELP, PRESETS, WhaleConfig
 from whale_cli.arguments import add_dtype_argument, add_model_argument, add_thinking_argument
 from whale_cli.read_folder import TRACES_FILE, continued_rollouts, read_settings, record_settings, write_read
 from whale_cli.run_settings import RunSettings
@@ -41,8 +41,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--run", type=Path, default=None, metavar="RUN_DIR",
         help="evaluate a finished run's final program (its domain, model, final harness and adapter, "
-        "under its preset's sampling and thinking switch) on more tasks or another split; the flags "
-        "given override the run's",
+        "under its sampling and thinking switch) on more tasks or another split; the flags given "
+        "override the run's",
     )  # fmt: skip
     add_harness_arguments(parser)
     add_thinking_argument(parser)
@@ -53,8 +53,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--preset", choices=tuple(PRESETS), default=None,
-        help=f"whose sampling to evaluate under, as a run with it does (default: --run's, else "
-        f"{RunSettings.preset}; {PRESET_HELP})",
+        help=f"whose sampling to evaluate under, as a run with it does, --run's max_tokens kept "
+        f"(default: --run's, else {RunSettings.preset}; {PRESET_HELP})",
     )  # fmt: skip
     parser.add_argument("--temperature", type=float, default=None, help="default: the preset's")
     parser.add_argument(
@@ -120,10 +120,11 @@ def load_adapter_folder(backend: Any, folder: str | None, model: str, purpose: s
 
 
 def eval_sampling(args: argparse.Namespace) -> dict[str, Any]:
-    """The preset's sampling with the flags given laid over it."""
+    """The preset's sampling with the flags given laid over it (`with_run_defaults` fills a run's
+    max_tokens in where its flag is silent)."""
     given = {"temperature": args.temperature, "max_tokens": args.max_tokens}
     return {
-        **get_preset(args.preset).sampling(),
+        **WhaleConfig.for_preset(args.preset).sampling,
         **{key: value for key, value in given.items() if value is not None},
     }
 

@@ -85,21 +85,24 @@ class RunSettings:
     race_start: int | None = None
     """How harness phases decide (MetaHarnessConfig's fields of those names); None: its default."""
 
-    LATER_FIELDS: ClassVar[tuple[str, ...]] = (
-        "thinking",
-        "gpu_memory_gib",
-        "budget_unit",
-        "max_tokens",
-        *DECISION_FIELDS,
-    )
-    """Fields added after runs were recorded: a record leaves them out while they hold their
-    default, so a run recorded before them resumes (RunDir compares records key by key)."""
+    LATER_FIELDS: ClassVar[dict[str, Any]] = {
+        "thinking": None,
+        "gpu_memory_gib": (),
+        "budget_unit": "rollouts",
+        "max_tokens": None,
+        **dict.fromkeys(DECISION_FIELDS),
+    }
+    """Fields added after runs were recorded, with what a record without them meant: a record leaves
+    a field out while it holds that value, so a run recorded before it resumes (RunDir compares
+    records key by key), and a record read back gets that value, not whatever the default is now."""
 
     def record(self) -> dict[str, Any]:
         """The settings as the run folder records them (JSON types: tuples become lists)."""
-        fields = {key: value for key, value in asdict(self).items() if key not in self.LATER_FIELDS}
-        later = {key: getattr(self, key) for key in self.LATER_FIELDS}
-        fields |= {key: value for key, value in later.items() if value != getattr(RunSettings, key)}
+        fields = {
+            key: value
+            for key, value in asdict(self).items()
+            if key not in self.LATER_FIELDS or value != self.LATER_FIELDS[key]
+        }
         return json.loads(json.dumps(fields))
 
     def __post_init__(self) -> None:
@@ -183,7 +186,7 @@ class RunSettings:
         config = RunDir(run_dir).config()
         if not config or "cli" not in config:
             raise ConfigError(f"{run_dir} holds no `whale run` (no config.json with its settings)")
-        return cls(**config["cli"])
+        return cls(**{**cls.LATER_FIELDS, **config["cli"]})
 
 
 def agent_jail(read: Sequence[str], env: Sequence[str], network: bool) -> Any:

@@ -33,12 +33,6 @@ class Preset:
     """A run under it is sized from the model and the GPUs when it starts (`gpu_sizing`): the KV
     cache, the concurrent rollouts of both phases, the trainer's device and gradient checkpointing."""
 
-    def sampling(self) -> dict[str, Any]:
-        """LM request settings of every program a run binds and evaluates: the weight phase's, so
-        that checkpoints from either phase (and `whale eval` of them) share one completion budget."""
-        rft = self.rft_config()
-        return {"temperature": rft.temperature, "max_tokens": rft.max_tokens}
-
     def meta_harness_config(self, **fields: Any) -> Any:
         from optimizers.harness.config import MetaHarnessConfig
 

@@ -133,14 +133,24 @@ def test_max_tokens_sets_every_phase_and_checkpoint_and_old_records_leave_it_out
         RunSettings(domain="math", max_tokens=0)
 
 
+def test_a_record_without_a_later_field_reads_back_as_it_meant_then(tmp_path: Path, monkeypatch) -> None:
+    recorded = RunSettings(domain="math").record()
+    assert not set(recorded) & set(RunSettings.LATER_FIELDS)  # each holds what an old record meant
+    (tmp_path / "config.json").write_text(json.dumps({"cli": recorded}))
+    assert RunSettings.from_run(tmp_path) == RunSettings(domain="math")
+    # what a record without the field means comes from LATER_FIELDS, not from today's default:
+    monkeypatch.setitem(RunSettings.LATER_FIELDS, "budget_unit", "calls")
+    assert RunSettings.from_run(tmp_path).budget_unit == "calls"
+
+
 def test_whale_eval_samples_as_the_run_it_checks_unless_told_otherwise() -> None:
-    from optimizers.engine.presets import PRESETS
+    from optimizers.engine import WhaleConfig
     from whale_cli.eval import eval_sampling, with_run_defaults
 
     run = RunSettings(domain="math").sampling
     assert eval_sampling(with_run_defaults(build_parser().parse_args(["eval", "--domain", "math"]))) == run
     told = build_parser().parse_args(["eval", "--domain", "math", "--preset", "gpu", "--temperature", "0.2"])
-    assert eval_sampling(told) == {**PRESETS["gpu"].sampling(), "temperature": 0.2}
+    assert eval_sampling(told) == {**WhaleConfig.for_preset("gpu").sampling, "temperature": 0.2}
 
 
 def test_a_gpu_settings_file_is_checked_and_sized_on_cpu(tmp_path: Path, capsys) -> None:
