@@ -18,9 +18,11 @@
 # 56); weight-only's five recorded seeds stand (bench/records/seeds-squad.tar.gz, finals read in
 # bench/reads/seeds-squad-200): its code path has changed since 2199178 only in records, resumes and
 # error handling, and a serving dtype does not move a read (RESULTS).
-# GSM8K: 400 rollouts a run, so weight-only takes 25 weight steps (16 rollouts each) and harness-only
-# at least 3 raced decisions (each at most 10 + 3 x 8 + 3 x 32 rollouts); 512 completion tokens, as
-# the GSM8K search's chain of thought needs; h0 is the math domain's seed harness, as in that search.
+# GSM8K: 400 rollouts a run, so weight-only takes 25 weight steps (4 tasks x k = 4 each) and
+# harness-only at least 3 raced decisions (h0 scored once, 2 smoke + 8 feedback tasks; then each
+# decision at most 3 proposals x 10 + 2 racers and the incumbent x 32 selection tasks = 126); 512
+# completion tokens, as the GSM8K search's chain of thought needs; h0 is the math domain's seed
+# harness, as in that search. A verdict is drawn over the seeds that have finished reads so far.
 set -euo pipefail
 shopt -s nullglob
 
@@ -41,8 +43,8 @@ squad() {
     --train-limit 64 --search-limit 40 --test-limit 40 --schedule fixed:0.25,1 --out "$out"
   read_finals "$out" "$reads" --limit 200
   local recorded=bench/reads/seeds-squad-200
-  "$WHALE" paired $recorded/start "$(seeds $recorded weight-only)" "$(seeds "$reads" harness-only)" \
-    "$(seeds "$reads" whale)" --labels start,weight-only,harness-only,whale --level 0.975 --out "$reads/paired.md"
+  verdicts "$reads" $recorded/start "weight-only=$(seeds $recorded weight-only)" \
+    "harness-only=$(seeds "$reads" harness-only)" "whale=$(seeds "$reads" whale)"
   "$WHALE" report "$out" --out "$out/report"
 }
 
@@ -55,8 +57,8 @@ gsm8k() {
   [[ -f "$reads/start/report.json" ]] || "$WHALE" eval --domain math --model $MODEL --preset cpu --max-tokens 512 \
     --split test --limit 300 --k 1 --threads 16 --out "$reads/start"
   read_finals "$out" "$reads" --limit 300
-  "$WHALE" paired "$reads/start" "$(seeds "$reads" weight-only)" "$(seeds "$reads" harness-only)" \
-    "$(seeds "$reads" whale)" --labels start,weight-only,harness-only,whale --level 0.975 --out "$reads/paired.md"
+  verdicts "$reads" "$reads/start" "weight-only=$(seeds "$reads" weight-only)" \
+    "harness-only=$(seeds "$reads" harness-only)" "whale=$(seeds "$reads" whale)"
   "$WHALE" report "$out" --out "$out/report"
 }
 
@@ -74,6 +76,19 @@ read_finals() {  # OUT READS --limit N: every finished run's final program, on i
 seeds() {  # READS METHOD: its seeds' read folders, colon-separated (whale paired pools them)
   local folders=("$1/$2"-s*)
   (IFS=:; echo "${folders[*]}")
+}
+
+verdicts() {  # READS START METHOD=SEEDS...: whale paired at 97.5% once every method has a read
+  local reads=$1 start=$2 labels=start pooled=()
+  shift 2
+  for method in "$@"; do
+    if [[ -z "${method#*=}" ]]; then
+      echo "two_domains: no finished read of ${method%%=*} yet in $reads: no verdict drawn" >&2
+      return 0
+    fi
+    labels+=",${method%%=*}" pooled+=("${method#*=}")
+  done
+  "$WHALE" paired "$start" "${pooled[@]}" --labels "$labels" --level 0.975 --out "$reads/paired.md"
 }
 
 for domain in "${DOMAINS[@]}"; do

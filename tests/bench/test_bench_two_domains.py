@@ -31,24 +31,54 @@ def compared(argv: list[str]):
     return settings_from_args(args)
 
 
-def test_the_script_runs_commands_whale_takes_with_the_stated_settings(tmp_path):
+def run_script(tmp_path: Path, out: Path) -> list[list[str]]:
+    """bench/two_domains.sh against the stand-in; the command lines it ran."""
     log, whale = tmp_path / "calls.jsonl", tmp_path / "whale"
     whale.write_text(STAND_IN.format(python=sys.executable, root=str(ROOT), log=str(log)))
     whale.chmod(0o755)
     done = subprocess.run(
-        ["bash", str(ROOT / "bench" / "two_domains.sh"), str(tmp_path / "out")],
+        ["bash", str(ROOT / "bench" / "two_domains.sh"), str(out)],
         env={**os.environ, "WHALE": str(whale)}, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    calls = [json.loads(line) for line in log.read_text().splitlines()]
-    squad_calls, gsm8k_calls = ["compare", "paired", "report"], ["compare", "eval", "paired", "report"]
-    assert [call[0] for call in calls] == squad_calls + gsm8k_calls  # no run finished: no final to read
+    return [json.loads(line) for line in log.read_text().splitlines()]
+
+
+def test_the_script_runs_commands_whale_takes_with_the_stated_settings(tmp_path):
+    calls = run_script(tmp_path, tmp_path / "out")
+    # no run has finished: nothing to read but GSM8K's start, no verdict drawn
+    assert [call[0] for call in calls] == ["compare", "report", "compare", "eval", "report"]
     squad, gsm8k = (compared(call) for call in calls if call[0] == "compare")
     assert "fixed:0.25,1" == squad.schedule == gsm8k.schedule  # one decision a harness phase, as issue 46
     assert (squad.domain, squad.budget, squad.max_tokens) == ("squad:score=f1", 326, None)
     assert (gsm8k.domain, gsm8k.budget) == ("math", 400)
     assert gsm8k.whale_config().sampling["max_tokens"] == 512  # the GSM8K search's chain of thought
     rft = gsm8k.whale_config().rft
-    assert gsm8k.budget // (rft.batch_size * rft.k) >= 20  # weight-only takes at least 20 steps
+    assert gsm8k.budget // (rft.batch_size * rft.k) == 25  # weight-only's steps, as the script says
     start_read = next(call for call in calls if call[0] == "eval")
     assert start_read[start_read.index("--max-tokens") + 1] == "512"  # the start reads as the runs sample
+
+
+def test_finished_runs_are_read_once_and_pooled_by_method(tmp_path):
+    out = tmp_path / "out"
+    for method in ("whale", "weight-only", "harness-only"):
+        for seed in (1, 2):
+            (out / "gsm8k" / method / f"seed-{seed}").mkdir(parents=True)
+            read = out / "gsm8k" / "reads" / f"{method}-s{seed}"
+            if (method, seed) != ("whale", 2):  # whale's seed 2 finished, not yet read
+                read.mkdir(parents=True)
+                (read / "report.json").write_text("{}")
+    (out / "gsm8k" / "reads" / "start").mkdir()
+    (out / "gsm8k" / "reads" / "start" / "report.json").write_text("{}")
+    calls = [call for call in run_script(tmp_path, out) if call[1:3] != ["--domain", "squad:score=f1"]]
+    reads = [call for call in calls if call[0] == "eval"]
+    assert [call[call.index("--run") + 1] for call in reads] == [str(out / "gsm8k" / "whale" / "seed-2")]
+    paired = next(call for call in calls if call[0] == "paired" and str(out / "gsm8k") in call[1])
+    pooled = dict(zip(paired[paired.index("--labels") + 1].split(","), paired[1:5], strict=True))
+    assert pooled["weight-only"].split(":") == [
+        str(out / "gsm8k" / "reads" / f"weight-only-s{s}") for s in (1, 2)
+    ]
+    assert (
+        pooled["start"] == str(out / "gsm8k" / "reads" / "start")
+        and "harness-only-s2" in pooled["harness-only"]
+    )
