@@ -62,12 +62,11 @@ def runtime_reference_server(smollm2_dir: str, tmp_path: Path) -> Iterator:
 
 
 def _server(model: str, run_dir: Path, adapters: str):
-    """An unstarted embedded server of one kind, its compute on this xdist worker's own core."""
-    from real_model_group import this_workers_core  # imported here, not above: pytest loads it as a plugin
-
+    """An unstarted embedded server of one kind, its compute on this xdist worker's own core (the
+    worker's `VLLM_CPU_OMP_THREADS_BIND`, set by real_model_group)."""
     from whale_dspy.backends import embedded_server as make_server
 
-    return make_server(model, run_dir=run_dir, adapters=adapters, cpu_cores=this_workers_core())
+    return make_server(model, run_dir=run_dir, adapters=adapters)
 
 
 def _serving(server) -> Iterator:

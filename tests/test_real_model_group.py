@@ -16,7 +16,9 @@ WORKER_LOG = """import os, pathlib
 
 def record(name, request):
     group = request.node.get_closest_marker("xdist_group")
-    pathlib.Path(name).write_text(os.environ["PYTEST_XDIST_WORKER"] + " " + str(group and group.args))
+    binding = os.environ["VLLM_CPU_OMP_THREADS_BIND"] + "/" + os.environ["OMP_NUM_THREADS"]
+    worker = os.environ["PYTEST_XDIST_WORKER"]
+    pathlib.Path(name).write_text(" ".join([worker, binding, str(group and group.args)]))
 """
 
 
@@ -30,7 +32,10 @@ MARKERS = "[pytest]\nmarkers =\n    integration: real model\n    no_server: real
 
 def child_pytest(folder: Path, *args: str) -> subprocess.CompletedProcess:
     # the project's root first: tests/whale_dspy would otherwise shadow the editable whale_dspy
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS.parent), str(TESTS), str(folder)])}
+    inherited = {
+        k: v for k, v in os.environ.items() if k not in ("VLLM_CPU_OMP_THREADS_BIND", "OMP_NUM_THREADS")
+    }
+    env = {**inherited, "PYTHONPATH": os.pathsep.join([str(TESTS.parent), str(TESTS), str(folder)])}
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "real_model_group", "-q", "-p", "no:cacheprovider",
          *args, str(folder)],
@@ -72,9 +77,12 @@ def test_server_tests_keep_to_a_worker_per_server_and_no_server_ones_to_their_mo
     (tmp_path / "test_a_big.py").write_text(mark + "\n".join(big))
     result = child_pytest(tmp_path, "-n", "2", "--dist=loadgroup")
     assert result.returncode == 0, result.stdout + result.stderr
-    runs = {path.name: path.read_text().split(" ", 1) for path in tmp_path.glob("*-*-*") if path.is_file()}
-    workers = {name: worker for name, (worker, _) in runs.items()}
-    groups = {name: group for name, (_, group) in runs.items()}
+    runs = {path.name: path.read_text().split(" ", 2) for path in tmp_path.glob("*-*-*") if path.is_file()}
+    workers = {name: worker for name, (worker, _, _) in runs.items()}
+    groups = {name: group for name, (_, _, group) in runs.items()}
+    threads = max(1, len(os.sched_getaffinity(0)) // 2)
+    for worker, binding, _ in runs.values():  # each worker's servers on its core, torch on its share
+        assert binding == f"{server_cores(worker)}/{threads}", (worker, binding)
     assert len(workers) == 18  # the recorded ones, the big group's aside
     merged = {f"real-{m}-{n}" for m in range(3) for n in range(2) if "merged" in servers[(m + n) % 3]}
     runtime = {name for name in workers if name.startswith("real")} - merged

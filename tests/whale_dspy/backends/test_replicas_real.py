@@ -18,7 +18,6 @@ from pathlib import Path
 import httpx
 import pytest
 from meta_harness_helpers import GOOD, exact, student, tasks
-from real_model_group import this_workers_core
 
 from whale_dspy.backends import AdapterStore, RemoteServer, ReplicaSet, VLLMServer
 from whale_dspy.evaluation import EvalRequest, evaluate
@@ -35,7 +34,6 @@ def second_replica(model: str, folder: Path, store: AdapterStore) -> VLLMServer:
         log_path=folder / "vllm.log",
         adapter_store=store.root,
         max_loras=2,
-        cpu_cores=this_workers_core(),
     )
 
 
