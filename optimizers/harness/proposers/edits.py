@@ -218,6 +218,32 @@ def _wrapper(name: str, parts: tuple[object, ...], constants: dict[str, object],
     return edit
 
 
+def _resamples(code: str) -> bool:
+    """The harness re-runs itself for another sample (a vote or a retry)."""
+    return any(_defines(code, block.__name__) for block in (blocks.MajorityVote, blocks.VerifyAndRetry))
+
+
+def _decodes_greedily(code: str) -> bool:
+    """The harness sets its own temperature to 0 (greedy decoding)."""
+    if not _defines(code, blocks.WithSampling.__name__):
+        return False
+    node = module_constant(code, "TEMPERATURE")
+    value = node.value if node is not None else None
+    return isinstance(value, int | float) and not isinstance(value, bool) and value == 0
+
+
+def _unless(idle: Callable[[str], bool], edit: EditFn) -> EditFn:
+    """`edit`, which does not apply to a parent on which it would sit idle: greedy decoding under a
+    vote or a retry reads as greedy decoding at several times the calls, and a vote or a retry
+    under greedy decoding samples the same answer again. On SQuAD all three proposers offered
+    greedy decoding on a voting parent (issue 56's proposer comparison, bench/RESULTS.md)."""
+
+    def edit_unless_idle(code: str, rng: random.Random) -> str | None:
+        return None if idle(code) else edit(code, rng)
+
+    return edit_unless_idle
+
+
 def own_sampling(knob: str, value: Callable[[object], object], *, add: bool = True) -> EditFn:
     """Set the harness's own TEMPERATURE or MAX_TOKENS (adding the sampling block on first use,
     unless `add` is False: an edit back towards the run's own setting)."""
@@ -335,27 +361,33 @@ EDITS: tuple[Edit, ...] = (
     Edit(
         "majority_vote",
         "Sampling several answers and voting removes unlucky samples (self-consistency).",
-        _wrapper(
-            "majority_vote",
-            (*RESAMPLING, blocks.MajorityVote),
-            {"VOTES": blocks.VOTES, **RESAMPLING_KNOBS},
-            "MajorityVote({inner}, signature, tools)",
+        _unless(
+            _decodes_greedily,
+            _wrapper(
+                "majority_vote",
+                (*RESAMPLING, blocks.MajorityVote),
+                {"VOTES": blocks.VOTES, **RESAMPLING_KNOBS},
+                "MajorityVote({inner}, signature, tools)",
+            ),
         ),
         settings=frozenset({"VOTES"}),
     ),
     Edit(
         "verify_retry",
         "Checking the answer (with a validator tool if any) and retrying fixes empty or rejected answers.",
-        _wrapper(
-            "verify_retry",
-            (*RESAMPLING, blocks.named_tool, blocks.VerifyAndRetry),
-            {
-                "RETRIES": blocks.RETRIES,
-                **RESAMPLING_KNOBS,
-                "VALIDATOR_WORDS": blocks.VALIDATOR_WORDS,
-                "REJECTION_WORDS": blocks.REJECTION_WORDS,
-            },
-            "VerifyAndRetry({inner}, signature, tools)",
+        _unless(
+            _decodes_greedily,
+            _wrapper(
+                "verify_retry",
+                (*RESAMPLING, blocks.named_tool, blocks.VerifyAndRetry),
+                {
+                    "RETRIES": blocks.RETRIES,
+                    **RESAMPLING_KNOBS,
+                    "VALIDATOR_WORDS": blocks.VALIDATOR_WORDS,
+                    "REJECTION_WORDS": blocks.REJECTION_WORDS,
+                },
+                "VerifyAndRetry({inner}, signature, tools)",
+            ),
         ),
         settings=frozenset({"RETRIES"}),
     ),
@@ -401,7 +433,7 @@ EDITS: tuple[Edit, ...] = (
     Edit(
         "greedy_decoding",
         "Greedy decoding (temperature 0, the harness's own setting) stops unlucky samples.",
-        own_sampling("TEMPERATURE", lambda current: 0.0),
+        _unless(_resamples, own_sampling("TEMPERATURE", lambda current: 0.0)),
         settings=frozenset({"TEMPERATURE", *RESAMPLED}),
     ),
     Edit(

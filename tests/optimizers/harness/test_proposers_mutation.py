@@ -215,6 +215,22 @@ def test_edits_that_would_be_one_edit_together_clash(first, second):
     assert not clashes(EDITS_BY_NAME[first], EDITS_BY_NAME["chain_of_thought"])
 
 
+@pytest.mark.parametrize("resampling", ["majority_vote", "verify_retry"])
+def test_greedy_decoding_and_resampling_never_stack_across_generations(resampling, tmp_path):
+    resampled, greedy = apply(resampling, GOOD), apply("greedy_decoding", GOOD)
+    assert resampled and greedy  # each applies to a parent without the other
+    assert apply("greedy_decoding", resampled) is None  # it would vote over one greedy answer
+    assert apply(resampling, greedy) is None
+    sampled = apply("sampled_decoding", greedy)
+    assert apply(resampling, sampled) is not None  # back at temperature 1 it has samples to use
+    archive = archive_with(tmp_path / "a", [[source(resampled, "voting")]])
+    catalogue = (EDITS_BY_NAME["greedy_decoding"], EDITS_BY_NAME["chain_of_thought"])
+    voting = next(meta.name for meta in archive.candidates if meta.name != "c0000")
+    offered = [s.name for seed in range(6) for s in MutationProposer(seed, edits=catalogue).propose(archive, 2)]
+    assert f"{voting}-chain_of_thought" in offered and "c0000-greedy_decoding" in offered
+    assert f"{voting}-greedy_decoding" not in offered
+
+
 def test_composed_in_prompt_only_mode_makes_the_one_edit_it_has(tmp_path):
     archive = archive_with(tmp_path / "a")
     proposed = MutationProposer(seed=0, prompt_only=True, depth=2).propose(archive, 2)
