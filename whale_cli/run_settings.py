@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
-from optimizers.engine import DECISION_FIELDS, WhaleConfig, get_preset, run_sizing
+from optimizers.engine import DECISION_FIELDS, DEFAULT_PRESET, WhaleConfig, get_preset, run_sizing
 from whale_dspy.backends.vllm_server import ADAPTER_SERVING, DEFAULT_MODEL, thinking_template_kwargs
 from whale_dspy.errors import ConfigError
 from whale_dspy.rundir import RunDir
@@ -38,7 +38,7 @@ class RunSettings:
     eval_every: int | None = None
     eval_k: int = WhaleConfig.eval_k
     proposer: str = WhaleConfig.proposer
-    preset: str = "cpu"
+    preset: str = DEFAULT_PRESET
     weight_share: float | None = None
     train_limit: int | None = None
     search_limit: int | None = None

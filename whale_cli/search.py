@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.table import Table
 
 from domains import DOMAIN_HELP
-from optimizers.engine import DECISION_FIELDS, WhaleConfig, get_preset, proposer_lm
+from optimizers.engine import DECISION_FIELDS, DEFAULT_PRESET, WhaleConfig, get_preset, proposer_lm
 from whale_cli.arguments import (
     add_agent_arguments,
     add_decision_arguments,
@@ -55,8 +55,8 @@ TEST_READS = "test"
 a weight checkpoint against one from the base weights, say)."""
 
 
-SEARCH = get_preset("cpu").meta_harness_config()
-"""The harness phase `whale run --preset cpu` runs: `whale search`'s defaults are its sizes."""
+SEARCH = get_preset(DEFAULT_PRESET).meta_harness_config()
+"""The harness phase `whale run` runs on its default preset: `whale search`'s defaults are its sizes."""
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

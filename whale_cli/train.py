@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from domains import DOMAIN_HELP
-from optimizers.engine import PRESET_HELP, PRESETS, get_preset
+from optimizers.engine import DEFAULT_PRESET, PRESET_HELP, PRESETS, get_preset
 from whale_cli.arguments import add_model_argument, add_thinking_argument
 from whale_cli.eval import add_harness_arguments
 from whale_dspy.backends.vllm_server import thinking_template_kwargs
@@ -26,7 +26,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_model_argument(parser)
     add_harness_arguments(parser)
     add_thinking_argument(parser)
-    parser.add_argument("--preset", choices=tuple(PRESETS), default="cpu", help=f"RFT sizes ({PRESET_HELP})")
+    parser.add_argument(
+        "--preset", choices=tuple(PRESETS), default=DEFAULT_PRESET, help=f"RFT sizes ({PRESET_HELP})"
+    )
     parser.add_argument("--steps", type=int, default=None, help="RFT steps (default: the preset's)")
     parser.add_argument("--batch-size", dest="batch_size", type=int, default=None, help="tasks per step")
     parser.add_argument("--k", type=int, default=None, help="rollouts per task")

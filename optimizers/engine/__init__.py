@@ -15,6 +15,7 @@ _EXPORTS = {
     "read_state": "checkpoint",
     "METHODS": "methods",
     "get_method": "methods",
+    "DEFAULT_PRESET": "presets",
     "PRESETS": "presets",
     "PRESET_HELP": "presets",
     "get_preset": "presets",

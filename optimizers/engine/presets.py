@@ -64,6 +64,9 @@ PRESETS: dict[str, Preset] = {
     ),
 }
 
+DEFAULT_PRESET = "cpu"
+"""The preset a run, a search or a training takes when none is named."""
+
 PRESET_HELP = "; ".join(f"{name}: {preset.about}" for name, preset in PRESETS.items())
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from optimizers.engine.presets import get_preset
+from optimizers.engine.presets import DEFAULT_PRESET, get_preset
 from optimizers.harness.config import MetaHarnessConfig
 from optimizers.weights.config import RFTConfig
 from whale_dspy.defaults import DEFAULT_EVAL_K
@@ -58,7 +58,7 @@ class WhaleConfig:
     @classmethod
     def for_preset(
         cls,
-        preset: str = "cpu",
+        preset: str = DEFAULT_PRESET,
         *,
         seed: int = 0,
         run_tag: str | None = None,

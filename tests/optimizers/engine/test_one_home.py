@@ -17,8 +17,9 @@ def test_whale_search_defaults_are_the_cpu_presets_harness_phase():
     assert given == (phase.max_iterations, phase.patience, phase.candidates, phase.tasks, phase.threads)
 
 
-SHARED_SETTINGS = {"temperature", "max_tokens", "threads", "eval_k", "eval_threads"}
-"""Settings many layers pass down: each is defaulted once, in whale_dspy/defaults.py."""
+SHARED_SETTINGS = {"temperature", "max_tokens", "threads", "eval_k", "eval_threads", "preset"}
+"""Settings many layers pass down: each is defaulted once, in whale_dspy/defaults.py (the preset in
+optimizers/engine/presets.py, DEFAULT_PRESET)."""
 PRESET_HOMES = {
     Path("whale_dspy/defaults.py"),  # the one home
     Path("optimizers/weights/config.py"),  # RFTConfig.cpu()/gpu(): a preset's own phase sizes
@@ -40,8 +41,8 @@ def literal_defaults(tree: ast.AST) -> list[tuple[str, int]]:
     dataclass field, a keyword argument, a dict entry or a command-line flag's default."""
     found = []
 
-    def number(node: ast.AST | None) -> bool:
-        return isinstance(node, ast.Constant) and type(node.value) in (int, float)
+    def number(node: ast.AST | None) -> bool:  # or a name: a preset is defaulted by its name
+        return isinstance(node, ast.Constant) and type(node.value) in (int, float, str)
 
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -94,6 +95,7 @@ def test_the_scan_finds_each_form_of_a_literal_default():
         "p.add_argument('--eval-k', dest='eval_k', type=int, default=4)\n"
         "p.add_argument('--k', type=int, default=8)\n"
         "p.add_argument('--threads', type=int, default=THREADS)\n"
+        "p.add_argument('--preset', default='cpu')\n"
     )
     assert sorted(literal_defaults(ast.parse(source))) == sorted(
         [
@@ -104,5 +106,6 @@ def test_the_scan_finds_each_form_of_a_literal_default():
             ("temperature", 5),
             ("eval_k", 7),
             ("k", 8),
+            ("preset", 10),
         ]
     )
