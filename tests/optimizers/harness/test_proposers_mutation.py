@@ -226,7 +226,8 @@ def test_greedy_decoding_and_resampling_never_stack_across_generations(resamplin
     archive = archive_with(tmp_path / "a", [[source(resampled, "voting")]])
     catalogue = (EDITS_BY_NAME["greedy_decoding"], EDITS_BY_NAME["chain_of_thought"])
     voting = next(meta.name for meta in archive.candidates if meta.name != "c0000")
-    offered = [s.name for seed in range(6) for s in MutationProposer(seed, edits=catalogue).propose(archive, 2)]
+    proposers = [MutationProposer(seed, edits=catalogue) for seed in range(6)]
+    offered = [s.name for proposer in proposers for s in proposer.propose(archive, 2)]
     assert f"{voting}-chain_of_thought" in offered and "c0000-greedy_decoding" in offered
     assert f"{voting}-greedy_decoding" not in offered
 
