@@ -60,13 +60,13 @@ def pytest_configure(config: pytest.Config) -> None:
     vLLM's `VLLM_CPU_OMP_THREADS_BIND`) and its torch, in process and in the trainer's child, runs
     on its share of the cores (`OMP_NUM_THREADS`). A trainer taking both cores beside the other
     worker's busy server trained about 8x slower (LoraTrainer), and the RFT learning test ran past
-    its 900 s timeout in CI (it takes 140 s alone)."""
-    worker = os.environ.get("PYTEST_XDIST_WORKER")
-    core = server_cores(worker)
-    if core is None:
+    its 900 s timeout in CI (it takes 142 s alone). Read from xdist's own worker input, not the
+    environment, which a pytest started from a worker inherits."""
+    worker = getattr(config, "workerinput", None)
+    if worker is None:
         return
-    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-    os.environ["VLLM_CPU_OMP_THREADS_BIND"] = core
+    workers = int(worker["workercount"])
+    os.environ["VLLM_CPU_OMP_THREADS_BIND"] = server_cores(worker["workerid"])
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, len(os.sched_getaffinity(0)) // workers)))
 
 

@@ -31,10 +31,10 @@ MARKERS = "[pytest]\nmarkers =\n    integration: real model\n    no_server: real
 
 
 def child_pytest(folder: Path, *args: str) -> subprocess.CompletedProcess:
+    # as a pytest started by hand: without what this suite's own xdist worker was given
+    given = ("VLLM_CPU_OMP_THREADS_BIND", "OMP_NUM_THREADS")
+    inherited = {k: v for k, v in os.environ.items() if k not in given and not k.startswith("PYTEST_XDIST")}
     # the project's root first: tests/whale_dspy would otherwise shadow the editable whale_dspy
-    inherited = {
-        k: v for k, v in os.environ.items() if k not in ("VLLM_CPU_OMP_THREADS_BIND", "OMP_NUM_THREADS")
-    }
     env = {**inherited, "PYTHONPATH": os.pathsep.join([str(TESTS.parent), str(TESTS), str(folder)])}
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "real_model_group", "-q", "-p", "no:cacheprovider",
