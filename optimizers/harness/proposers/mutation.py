@@ -123,8 +123,9 @@ class MutationProposer:
     ) -> tuple[str, list[Edit]] | None:
         """The parent's code after up to `depth` edits that do not clash, each drawn as `guided`
         says, or None when a drawn edit does not apply (the caller draws again, from a parent: at
-        depth 1 this draws exactly as one edit a candidate always has, so recorded searches
-        replay)."""
+        depth 1 this draws exactly as one edit a candidate did before composing, so recorded searches
+        replay, except where c706b76 made an edit inapplicable to a parent that votes, retries or
+        decodes greedily)."""
         code, chosen = parent.code, []
         for _ in range(self.depth):
             left = [edit for edit in edits if not any(clashes(edit, done) for done in chosen)]

@@ -20,6 +20,8 @@ def test_whale_search_defaults_are_the_cpu_presets_harness_phase():
 SHARED_SETTINGS = {"temperature", "max_tokens", "threads", "eval_k", "eval_threads", "preset"}
 """Settings many layers pass down: each is defaulted once, in whale_dspy/defaults.py (the preset in
 optimizers/engine/presets.py, DEFAULT_PRESET)."""
+PRESET_LOOKUPS = {"get_preset", "for_preset"}
+"""Calls that take the preset by name as their first argument."""
 PRESET_HOMES = {
     Path("whale_dspy/defaults.py"),  # the one home
     Path("optimizers/weights/config.py"),  # RFTConfig.cpu()/gpu(): a preset's own phase sizes
@@ -37,12 +39,14 @@ NOT_DEFAULTS = {
 
 
 def literal_defaults(tree: ast.AST) -> list[tuple[str, int]]:
-    """(setting, line) of every number literal given to a shared setting: a parameter default, a
-    dataclass field, a keyword argument, a dict entry or a command-line flag's default."""
+    """(setting, line) of every literal given to a shared setting (a number; a preset's name): a
+    parameter default, a dataclass field, a keyword argument, a dict entry, a command-line flag's
+    default, or the preset named to `get_preset` / `for_preset`."""
     found = []
 
-    def number(node: ast.AST | None) -> bool:  # or a name: a preset is defaulted by its name
-        return isinstance(node, ast.Constant) and type(node.value) in (int, float, str)
+    def literal(setting: object, node: ast.AST | None) -> bool:
+        kinds = (str,) if setting == "preset" else (int, float)
+        return isinstance(node, ast.Constant) and type(node.value) in kinds
 
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -50,23 +54,33 @@ def literal_defaults(tree: ast.AST) -> list[tuple[str, int]]:
             positional = args.posonlyargs + args.args
             pairs = list(zip(positional[len(positional) - len(args.defaults) :], args.defaults, strict=True))
             pairs += [(a, d) for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True) if d is not None]
-            found += [(a.arg, d.lineno) for a, d in pairs if a.arg in SHARED_SETTINGS and number(d)]
+            found += [(a.arg, d.lineno) for a, d in pairs if a.arg in SHARED_SETTINGS and literal(a.arg, d)]
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-            if node.target.id in SHARED_SETTINGS and number(node.value):
+            if node.target.id in SHARED_SETTINGS and literal(node.target.id, node.value):
                 found.append((node.target.id, node.lineno))
-        elif isinstance(node, ast.keyword) and node.arg in SHARED_SETTINGS and number(node.value):
+        elif isinstance(node, ast.keyword) and node.arg in SHARED_SETTINGS and literal(node.arg, node.value):
             found.append((node.arg, node.value.lineno))
+        elif isinstance(node, ast.Call) and PRESET_LOOKUPS & {
+            getattr(node.func, "attr", None),
+            getattr(node.func, "id", None),
+        }:
+            if node.args and literal("preset", node.args[0]):
+                found.append(("preset", node.args[0].lineno))
         elif isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "add_argument":
             keywords = {keyword.arg: keyword.value for keyword in node.keywords}
             dest = keywords.get("dest")
             name = dest.value if isinstance(dest, ast.Constant) else None
             if name is None and node.args and isinstance(node.args[0], ast.Constant):
                 name = str(node.args[0].value).lstrip("-").replace("-", "_")
-            if name in SHARED_SETTINGS | {"k"} and number(keywords.get("default")):
+            if name in SHARED_SETTINGS | {"k"} and literal(name, keywords.get("default")):
                 found.append((name, keywords["default"].lineno))
         elif isinstance(node, ast.Dict):
             for key, value in zip(node.keys, node.values, strict=True):
-                if isinstance(key, ast.Constant) and key.value in SHARED_SETTINGS and number(value):
+                if (
+                    isinstance(key, ast.Constant)
+                    and key.value in SHARED_SETTINGS
+                    and literal(key.value, value)
+                ):
                     found.append((key.value, value.lineno))
     return found
 
@@ -82,7 +96,9 @@ def test_shared_settings_are_defaulted_only_in_their_home():
             for setting, line in literal_defaults(ast.parse(path.read_text(), str(path))):
                 if (relative, setting) not in NOT_DEFAULTS:
                     strays.append(f"{relative}:{line}: {setting}")
-    assert not strays, "defaults outside whale_dspy/defaults.py:\n" + "\n".join(strays)
+    assert not strays, "defaults outside their home (whale_dspy/defaults.py, presets.py):\n" + "\n".join(
+        strays
+    )
 
 
 def test_the_scan_finds_each_form_of_a_literal_default():
@@ -96,6 +112,9 @@ def test_the_scan_finds_each_form_of_a_literal_default():
         "p.add_argument('--k', type=int, default=8)\n"
         "p.add_argument('--threads', type=int, default=THREADS)\n"
         "p.add_argument('--preset', default='cpu')\n"
+        "SEARCH = get_preset('cpu')\n"
+        "c = WhaleConfig.for_preset('gpu', seed=0)\n"
+        "g(threads='4', preset=2)\n"
     )
     assert sorted(literal_defaults(ast.parse(source))) == sorted(
         [
@@ -107,5 +126,7 @@ def test_the_scan_finds_each_form_of_a_literal_default():
             ("eval_k", 7),
             ("k", 8),
             ("preset", 10),
+            ("preset", 11),
+            ("preset", 12),
         ]
     )

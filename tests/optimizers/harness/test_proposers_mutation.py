@@ -219,17 +219,17 @@ def test_edits_that_would_be_one_edit_together_clash(first, second):
 def test_greedy_decoding_and_resampling_never_stack_across_generations(resampling, tmp_path):
     resampled, greedy = apply(resampling, GOOD), apply("greedy_decoding", GOOD)
     assert resampled and greedy  # each applies to a parent without the other
-    assert apply("greedy_decoding", resampled) is None  # it would vote over one greedy answer
+    assert apply("greedy_decoding", resampled) is None  # it would resample one greedy answer
     assert apply(resampling, greedy) is None
     sampled = apply("sampled_decoding", greedy)
     assert apply(resampling, sampled) is not None  # back at temperature 1 it has samples to use
-    archive = archive_with(tmp_path / "a", [[source(resampled, "voting")]])
+    archive = archive_with(tmp_path / "a", [[source(resampled, resampling)]])
     catalogue = (EDITS_BY_NAME["greedy_decoding"], EDITS_BY_NAME["chain_of_thought"])
-    voting = next(meta.name for meta in archive.candidates if meta.name != "c0000")
+    parent = next(meta.name for meta in archive.candidates if meta.name != "c0000")
     proposers = [MutationProposer(seed, edits=catalogue) for seed in range(6)]
     offered = [s.name for proposer in proposers for s in proposer.propose(archive, 2)]
-    assert f"{voting}-chain_of_thought" in offered and "c0000-greedy_decoding" in offered
-    assert f"{voting}-greedy_decoding" not in offered
+    assert f"{parent}-chain_of_thought" in offered and "c0000-greedy_decoding" in offered
+    assert f"{parent}-greedy_decoding" not in offered
 
 
 def test_composed_in_prompt_only_mode_makes_the_one_edit_it_has(tmp_path):
