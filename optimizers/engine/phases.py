@@ -21,6 +21,7 @@ import dspy
 from optimizers.engine.checkpoint import HARNESS_ITERATION, WEIGHT_STEP, RunState, load_harness, store_harness
 from optimizers.engine.methods import HARNESS, WEIGHT, Method
 from optimizers.engine.schedules import Schedule
+from optimizers.harness.archive import phase_archive
 from optimizers.signals import HarnessIteration, WeightStep, search_stalled
 from whale_dspy.harness import HarnessProgram
 from whale_dspy.records import AdapterRef
@@ -150,7 +151,7 @@ class HarnessDriver:
         self, program: HarnessProgram, state: RunState
     ) -> Iterator[tuple[HarnessIteration, HarnessProgram]]:
         incoming = program.with_source(load_harness(self.run, state.incoming))
-        archive = self.run.path / "harness" / f"phase-{state.position:03d}"
+        archive = phase_archive(self.run.path / "harness", state.position)
         return self.phase.iterations(incoming, self.searchset, archive_dir=archive)
 
     def stalled(self, state: RunState) -> bool:

@@ -48,6 +48,34 @@ SUMMARY_FILE, ITERATIONS_FILE, FRONTIER_FILE = "archive.jsonl", "iterations.json
 PROPOSALS_FILE = "proposals.jsonl"
 LABELS_FILE, TASK_CARD_FILE = "labels.json", "task_card.md"
 STAGING_PREFIX = ".staging-"
+PHASE_PREFIX = "phase-"
+"""A run's harness phases archive side by side as `phase-000`, `phase-001`, ... (by the run's
+position): archives so named beside each other are one run's, and each phase reads the earlier ones."""
+
+
+def phase_archive(harness_dir: Path, position: int) -> Path:
+    """The archive of the harness phase at the run's `position`."""
+    return harness_dir / f"{PHASE_PREFIX}{position:03d}"
+
+
+def run_archives(path: Path) -> list[Path]:
+    """The archives of `path`'s run up to and including `path`, in order: its earlier phases'
+    (siblings named by the run's earlier positions) and its own. An archive not named as a phase is
+    a search of its own."""
+    position = _phase_position(path.name)
+    if position is None:
+        return [path]
+    earlier = (
+        sibling
+        for sibling in path.parent.glob(f"{PHASE_PREFIX}*")
+        if (other := _phase_position(sibling.name)) is not None and other < position
+    )
+    return [*sorted(earlier, key=lambda sibling: _phase_position(sibling.name)), path]
+
+
+def _phase_position(name: str) -> int | None:
+    digits = name.removeprefix(PHASE_PREFIX)
+    return int(digits) if name.startswith(PHASE_PREFIX) and digits.isdigit() else None
 
 
 @dataclass(frozen=True)
@@ -232,6 +260,16 @@ class HarnessArchive:
             return self._read(relative)
         except FileNotFoundError:
             return None
+
+    def earlier_candidates(self) -> list[CandidateMeta]:
+        """Every candidate the run's earlier harness phases archived (`run_archives`), read from
+        their summaries: a phase's proposer offers nothing they already tried, and no edit that
+        failed to build there."""
+        return [
+            CandidateMeta.from_dict(row)
+            for path in run_archives(self.path)[:-1]
+            for row in read_jsonl(path / SUMMARY_FILE)
+        ]
 
     def find_digest(self, digest: str) -> CandidateMeta | None:
         return next((m for m in self._metas.values() if m.digest == digest and m.status != "duplicate"), None)

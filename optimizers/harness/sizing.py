@@ -1,24 +1,26 @@
 """What a harness decision can decide, worked out before it spends a rollout.
 
 A race's power rests on the per-task spread of a candidate's difference from the incumbent: the
-smallest lead a slice of n tasks adopts is about t * spread / sqrt(n). The spread is the paired
-differences' of this run's earlier races (every phase's, pooled), else the stated prior, the spread
-measured on SQuAD F1 and GSM8K with the 0.5B model (FACTS, 2026-12-05: about 0.33). An incumbent's
-own scores bound nothing: a candidate may vary far more than a weak incumbent.
+smallest lead a slice of n tasks adopts is about t * spread / sqrt(n). The spread a race expects is
+the stated prior (the spread measured on SQuAD F1 and GSM8K with the 0.5B model, FACTS 2026-12-05:
+about 0.33) updated by this run's earlier races (every phase's, pooled): the prior counts as
+PRIOR_DEGREES paired differences, so a first race stopped after 8 tasks already moves the second's
+sizing, and many races outweigh the prior. An incumbent's own scores bound nothing: a candidate may
+vary far more than a weak incumbent.
 """
 
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from optimizers.harness.selection import DECISIONS_FILE
+from optimizers.harness.archive import run_archives
+from optimizers.harness.selection import DECISIONS_FILE, selection_folder
 from whale_dspy.jsonl import read_jsonl
 
-MIN_DEGREES = 16
-"""Paired differences' degrees of freedom, pooled over earlier races, before they are trusted."""
+PRIOR_DEGREES = 16
+"""The paired differences' degrees of freedom the prior spread counts as, pooled with the run's."""
 
 
 @dataclass(frozen=True)
@@ -30,21 +32,12 @@ class Spread:
 
 
 def expected_spread(archive: Path, prior: float) -> Spread:
-    """The spread the next race of the run `archive` belongs to expects: its earlier races' pooled
-    spread, else `prior`. The run's archives are `archive`'s siblings of one name and a number (a
-    WHALE run's `phase-000`, `phase-001`, ...); an archive without a number is a run of its own."""
-    pooled = _pooled_race_spread(archive)
-    return pooled if pooled is not None else Spread(prior, "the prior")
-
-
-def _pooled_race_spread(archive: Path) -> Spread | None:
-    """Pooled sd of every recorded race's last-look differences (each candidate's, weighted by its
-    degrees of freedom); None below MIN_DEGREES."""
-    stem = re.sub(r"\d+$", "", archive.name)
-    pattern = f"{stem}*-selection" if stem != archive.name else f"{archive.name}-selection"
-    squares, degrees, races = 0.0, 0, 0
-    for path in sorted(archive.parent.glob(f"{pattern}/{DECISIONS_FILE}")):
-        for row in read_jsonl(path):
+    """The spread the next race of the run `archive` belongs to expects: the prior pooled with its
+    earlier races' differences (each candidate's last look, weighted by its degrees of freedom; the
+    prior by PRIOR_DEGREES). The run's races are those of `run_archives(archive)`."""
+    squares, degrees, races = PRIOR_DEGREES * prior**2, 0, 0
+    for path in run_archives(archive):
+        for row in read_jsonl(selection_folder(path) / DECISIONS_FILE):
             rounds = (row.get("decision") or {}).get("rounds") or []
             last = rounds[-1] if rounds else {}
             spreads, bounds = last.get("spreads") or {}, last.get("bounds") or {}
@@ -54,9 +47,11 @@ def _pooled_race_spread(archive: Path) -> Spread | None:
                     squares += spread**2 * (tasks - 1)
                     degrees += tasks - 1
             races += bool(spreads)
-    if degrees < MIN_DEGREES:
-        return None
-    return Spread(math.sqrt(squares / degrees), f"{races} earlier race{'s' * (races != 1)} of this run")
+    if not degrees:
+        return Spread(prior, "the prior")
+    value = math.sqrt(squares / (PRIOR_DEGREES + degrees))
+    said = f"{races} earlier race{'s' * (races != 1)} of this run"
+    return Spread(value, f"the prior and {said} ({degrees} paired differences)")
 
 
-__all__ = ["MIN_DEGREES", "Spread", "expected_spread"]
+__all__ = ["PRIOR_DEGREES", "Spread", "expected_spread"]

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import logging
 import random
+from collections.abc import Iterable
 
-from optimizers.harness.archive import HarnessArchive
+from optimizers.harness.archive import CandidateMeta, HarnessArchive
 from optimizers.harness.proposers.diagnosis import indicated_edits
 from optimizers.harness.proposers.edits import EDITS, Edit, trace_edits
 from whale_dspy.errors import ConfigError
@@ -36,15 +37,13 @@ GUIDED_SHARE = 0.5
 """The share of a guided proposer's draws taken from the edits the traces call for (the rest explore)."""
 
 
-def refused_at_build(archive: HarnessArchive) -> set[str]:
+def refused_at_build(candidates: Iterable[CandidateMeta]) -> set[str]:
     """The hypotheses of candidates that failed to build. An edit's build failure says what the
     task's tools cannot support (answers from a listing tool where none lists, a vote over an
     episode's tools), which fails the same way on every parent: such an edit is not drawn again.
     A composed candidate's failure ("A; then B") names no one edit, so it bans none."""
     return {
-        meta.hypothesis
-        for meta in archive.candidates
-        if meta.stage == "build" and COMPOSED not in meta.hypothesis
+        meta.hypothesis for meta in candidates if meta.stage == "build" and COMPOSED not in meta.hypothesis
     }
 
 
@@ -80,10 +79,14 @@ class MutationProposer:
             raise ConfigError("no edit left: prompt-only mode needs at least one prompt edit")
 
     def propose(self, archive: HarnessArchive, k: int) -> list[HarnessSource]:
-        """Up to k new sources, each `depth` edits away from one of the best candidates."""
+        """Up to k new sources, each `depth` edits away from one of the best candidates, none of
+        them a candidate the run tried before: in a run's later harness phase (same draws, same
+        parents while the incumbent stands) the earlier phases' candidates are passed over, so
+        each phase races something new, and edits that failed to build there are not drawn."""
         rng = random.Random(derive_seed("mutation", self.seed, len(archive)))
         parents = [archive.source(meta.name) for meta in archive.parents(self.parents)]
-        refused, labels = refused_at_build(archive), archive.labels()
+        tried = [*archive.earlier_candidates(), *archive.candidates]
+        refused, labels = refused_at_build(tried), archive.labels()
         edits = {
             parent.name: tuple(
                 edit
@@ -93,7 +96,7 @@ class MutationProposer:
             for parent in parents
         }
         called_for = {parent.name: self._called_for(archive, parent.name) for parent in parents}
-        seen = {meta.digest for meta in archive.candidates}
+        seen = {meta.digest for meta in tried}
         out: list[HarnessSource] = []
         for _ in range(k * ATTEMPTS_PER_CANDIDATE):
             if len(out) == k or not parents:

@@ -19,7 +19,7 @@ from test_harness_decisions import (
 )
 
 from optimizers.harness.selection import slice_sizes
-from optimizers.harness.sizing import MIN_DEGREES, Spread, expected_spread
+from optimizers.harness.sizing import PRIOR_DEGREES, Spread, expected_spread
 from optimizers.harness.spending import obf_boundaries
 from whale_dspy.jsonl import append_jsonl
 
@@ -76,16 +76,19 @@ def test_ten_examples_are_split_and_decided_on_tasks_the_proposer_never_saw(tmp_
     assert signal.decision["adopted"] == "c0001" and program.source.code == SOLVES
 
 
-def test_the_expected_spread_comes_from_this_runs_earlier_races_else_the_prior(tmp_path):
+def test_the_expected_spread_pools_the_prior_with_this_runs_earlier_races(tmp_path):
+    """A first race stopped after 8 tasks already informs the next race's sizing (two candidates,
+    14 paired differences), weighed against the prior's PRIOR_DEGREES; another run's races and a
+    later phase's do not count."""
     archive = tmp_path / "harness" / "phase-002"
     assert expected_spread(archive, 0.33) == Spread(0.33, "the prior")
-    race = {"rounds": [{"spreads": {"c1": 0.2}, "bounds": {"c1": {"tasks": MIN_DEGREES + 1}}}]}
-    append_jsonl(
-        tmp_path / "harness" / "phase-000-selection" / "decisions.jsonl", {"iteration": 1, "decision": race}
-    )
-    append_jsonl(
-        tmp_path / "other" / "phase-000-selection" / "decisions.jsonl", {"iteration": 1, "decision": race}
-    )
+    bounds = {"c1": {"tasks": 8}, "c2": {"tasks": 8}}
+    race = {"iteration": 1, "decision": {"rounds": [{"spreads": {"c1": 0.1, "c2": 0.2}, "bounds": bounds}]}}
+    for run, phase in (("harness", "000"), ("other", "000"), ("harness", "003")):
+        (tmp_path / run / f"phase-{phase}").mkdir(parents=True)
+        append_jsonl(tmp_path / run / f"phase-{phase}-selection" / "decisions.jsonl", race)
     pooled = expected_spread(archive, 0.33)
-    assert pooled.value == pytest.approx(0.2) and pooled.source == "1 earlier race of this run"
+    variance = (PRIOR_DEGREES * 0.33**2 + 7 * 0.1**2 + 7 * 0.2**2) / (PRIOR_DEGREES + 14)
+    assert pooled.value == pytest.approx(variance**0.5)
+    assert pooled.source == "the prior and 1 earlier race of this run (14 paired differences)"
     assert expected_spread(tmp_path / "harness" / "search", 0.33).source == "the prior"  # a run of its own

@@ -327,3 +327,25 @@ def test_a_composed_candidate_that_failed_to_build_bans_neither_of_its_edits(tmp
     assert archive.get("c0001").stage == "build"
     drawn = [s for seed in range(60) for s in MutationProposer(seed).propose(archive, 3)]
     assert [s for s in drawn if s.name.endswith("-answer_from_choices")]  # no one edit is to blame
+
+
+def test_a_runs_later_harness_phase_offers_nothing_an_earlier_phase_tried(tmp_path):
+    """WHALE gives each harness phase its own archive, and issue 56's SQuAD run at c706b76 offered
+    the same three candidates in both of its phases. A later phase passes over every candidate its
+    run's earlier phases archived and every edit that failed to build there; another run's phases
+    and a search of its own do not count."""
+    choices = EDITS_BY_NAME["answer_from_choices"]
+    refused = source(BROKEN["raising_build"], hypothesis=f"{choices.hypothesis} (called for: x)")
+    offered = MutationProposer(seed=1).propose(archive_with(tmp_path / "search", h0=GOOD), 3)
+    archive_with(tmp_path / "run" / "phase-001", [[*offered, refused]], h0=GOOD)
+    later = archive_with(tmp_path / "run" / "phase-003", h0=GOOD)
+    elsewhere = archive_with(tmp_path / "other" / "phase-003", h0=GOOD)
+    assert [s.digest for s in MutationProposer(seed=1).propose(elsewhere, 3)] == [s.digest for s in offered]
+    again = MutationProposer(seed=1).propose(later, 3)
+    assert len(again) == 3 and not {s.digest for s in again} & {s.digest for s in offered}
+    drawn = {
+        name: [s.name for seed in range(40) for s in MutationProposer(seed, guided=True).propose(archive, 3)]
+        for name, archive in (("later", later), ("elsewhere", elsewhere))
+    }
+    assert not [name for name in drawn["later"] if name.endswith("-answer_from_choices")]
+    assert [name for name in drawn["elsewhere"] if name.endswith("-answer_from_choices")]
