@@ -45,11 +45,9 @@ def server_group(item: pytest.Item) -> str:
     return MERGED_GROUP if uses_merged else RUNTIME_GROUP
 
 
-def server_cores(worker: str | None, cores: Sequence[int] | None = None) -> str | None:
-    """The core a worker's servers bind their compute threads to ("gw1" -> the second core this
-    process may use, wrapping round them); None outside xdist, leaving vLLM's own binding."""
-    if not worker or not worker.startswith("gw"):
-        return None
+def server_cores(worker: str, cores: Sequence[int] | None = None) -> str:
+    """The core an xdist worker's servers bind their compute threads to ("gw1" -> the second core
+    this process may use, wrapping round them). Outside xdist vLLM keeps its own binding."""
     available = sorted(cores if cores is not None else os.sched_getaffinity(0))
     one_each = split_cores(len(available), available)
     return one_each[int(worker[2:]) % len(one_each)]

@@ -103,7 +103,6 @@ def test_each_workers_servers_bind_to_a_core_of_its_own() -> None:
     assert [server_cores(f"gw{n}", cores=[0, 1]) for n in range(4)] == ["0", "1", "0", "1"]
     assert [server_cores(f"gw{n}", cores=[3, 2]) for n in range(3)] == ["2", "3", "2"]  # the ones it may use
     assert server_cores("gw5", cores=range(8)) == "5"
-    assert server_cores(None) is None and server_cores("master") is None  # not under xdist: vLLM's own
 
 
 def test_a_no_server_test_that_asks_for_a_server_is_refused(tmp_path: Path) -> None:

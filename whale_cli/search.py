@@ -40,6 +40,7 @@ from whale_cli.run_settings import agent_jail
 from whale_cli.wiring import DATA_SEED
 from whale_dspy.backends import RemoteServer
 from whale_dspy.defaults import DEFAULT_EVAL_K
+from whale_dspy.errors import ConfigError
 from whale_dspy.evaluation import EvalRequest, InProcessEvaluator
 from whale_dspy.harness import HarnessProgram
 from whale_dspy.jsonl import atomic_write_json
@@ -102,6 +103,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--prompt-only", dest="prompt_only", action="store_true", help="prompt edits only")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--max-tokens",
+        dest="max_tokens",
+        type=int,
+        default=None,
+        help="each LM call's completion budget, search and test (default: the server's; `whale run` "
+        "samples at its preset's)",
+    )
     parser.add_argument("--threads", type=int, default=SEARCH.threads)
     parser.add_argument("--server-url", dest="server_url", help="reuse a running `whale serve` server")
     parser.add_argument(
@@ -120,6 +129,8 @@ def prepare(args: argparse.Namespace) -> dict[str, Any]:
     from optimizers.harness import MetaHarnessConfig, ProposerOptions, proposer_from_spec
     from whale_cli.eval import resolve_harness
 
+    if args.max_tokens is not None and args.max_tokens < 1:
+        raise ConfigError(f"--max-tokens must be >= 1, got {args.max_tokens}")
     domain = get_domain(args.domain)
     source = resolve_harness(args.harness, args.domain, trusted=args.trust_harness)
     config = MetaHarnessConfig(
@@ -253,7 +264,10 @@ def search(
     adapter = load_adapter_folder(backend, args.adapter, args.model, "search")
     adapter_folder = str(Path(args.adapter).resolve()) if args.adapter else None
     # the search's sampling, test included
-    lm = backend.lm(adapter=adapter, temperature=setup["config"].temperature)
+    sampling = {"temperature": setup["config"].temperature}
+    if args.max_tokens is not None:
+        sampling["max_tokens"] = args.max_tokens
+    lm = backend.lm(adapter=adapter, **sampling)
     student = HarnessProgram(setup["source"], domain.signature, domain.tools, lm=lm, adapter_name=adapter)
     optimizer = MetaHarness(
         proposer=setup["proposer"],
@@ -294,6 +308,7 @@ def search(
     }
     console.print(test_table(results, args.eval_k))
     record = {"search": asdict(best.report), "test": results, "served_model": served}
+    record["sampling"] = {key: lm.kwargs.get(key) for key in ("temperature", "max_tokens")}
     record["adapter"] = adapter_folder
     record["adapter_sha256"] = adapter_checksums(adapter_folder)
     record["serving"] = serving

@@ -26,6 +26,7 @@ from whale_dspy.testing.scripted_lm import ScriptedLM
         (("--domain", "nope"), "valid domains"),
         (("--domain", "math", "--iterations", "0"), "max_iterations"),
         (("--domain", "math", "--harness", "nope_h0"), "valid names"),
+        (("--domain", "math", "--max-tokens", "0"), "--max-tokens must be >= 1"),
     ],
 )
 def test_bad_arguments_fail_before_any_server(argv, message):
@@ -90,6 +91,32 @@ def test_a_search_from_a_weight_checkpoint_runs_every_rollout_through_that_adapt
     assert {call["model"] for r in rollouts for call in r["lm_calls"]} == {name}
     report = json.loads((tmp_path / "run" / "search_report.json").read_text())
     assert report["adapter"] == str(folder.resolve())
+
+
+def test_a_search_samples_at_the_completion_budget_it_is_given(tmp_path):
+    """Without --max-tokens a search samples at its server's LM's budget, as the recorded searches
+    did; with it, every call of the search and of the held-out test, and the record, say the given
+    one."""
+    argv = ("--domain", "math", "--tasks", "2", "--test-tasks", "2", "--iterations", "1", "--eval-k", "1")
+    served = FakeBackend(ScriptedLM({})).lm().kwargs["max_tokens"]
+    assert served != 48
+    for given in (None, 48):
+        run = tmp_path / f"run-{given}"
+        flags = ("--max-tokens", str(given)) if given else ()
+        args = parse(*argv, "--candidates", "1", "--run-dir", str(run), "--no-sandbox", *flags)
+        backend = FakeBackend(ScriptedLM({"": {"answer": "18"}}))
+        assert search.search(search.prepare(args), backend, args, Console(file=io.StringIO())) == 0
+        traces = [run / "test" / "h0" / "traces.jsonl", *(run / "archive").glob("c*/traces.jsonl")]
+        calls = [
+            c
+            for path in traces
+            for line in path.read_text().splitlines()
+            for c in json.loads(line)["lm_calls"]
+        ]
+        assert calls and {call["sampling"].get("max_tokens") for call in calls} == {given or served}
+        assert json.loads((run / "search_report.json").read_text())["sampling"]["max_tokens"] == (
+            given or served
+        )
 
 
 def test_the_held_out_reads_of_two_searches_pair_task_by_task(tmp_path):
