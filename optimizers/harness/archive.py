@@ -75,7 +75,7 @@ def run_archives(path: Path) -> list[Path]:
 
 def _phase_position(name: str) -> int | None:
     digits = name.removeprefix(PHASE_PREFIX)
-    return int(digits) if name.startswith(PHASE_PREFIX) and digits.isdigit() else None
+    return int(digits) if name.startswith(PHASE_PREFIX) and digits.isascii() and digits.isdecimal() else None
 
 
 @dataclass(frozen=True)
@@ -180,6 +180,15 @@ def pareto_frontier(metas: list[CandidateMeta]) -> list[CandidateMeta]:
     return frontier
 
 
+def committed(path: Path) -> list[CandidateMeta]:
+    """The candidates committed to the archive at `path`, in name order, from their own meta files
+    (read as untrusted files: an archive may be a copy from elsewhere); none where it is absent."""
+    return [
+        CandidateMeta.from_dict(json.loads(read_untrusted_text(path, str(meta.relative_to(path)))))
+        for meta in sorted(path.glob(f"c*/{META_FILE}"))
+    ]
+
+
 class HarnessArchive:
     """Candidates of one harness phase, in the order they were archived."""
 
@@ -193,9 +202,8 @@ class HarnessArchive:
         for stale in self.path.glob(f"{STAGING_PREFIX}*"):
             log.warning("archive %s: dropping unfinished candidate %s", self.path, stale.name)
             shutil.rmtree(stale, ignore_errors=True)
-        for meta_path in sorted(self.path.glob(f"c*/{META_FILE}")):
-            meta = CandidateMeta.from_dict(json.loads(self._read(str(meta_path.relative_to(self.path)))))
-            self._metas[meta.name] = meta
+        self._metas = {meta.name: meta for meta in committed(self.path)}
+        repair_jsonl(self.path / SUMMARY_FILE)  # a torn line would sit in the middle after the appends
         summarized = {record["name"] for record in read_jsonl(self.path / SUMMARY_FILE)}
         for name in self._metas.keys() - summarized:  # committed but not summarized before a crash
             append_jsonl(self.path / SUMMARY_FILE, self._metas[name].to_dict())
@@ -262,14 +270,9 @@ class HarnessArchive:
             return None
 
     def earlier_candidates(self) -> list[CandidateMeta]:
-        """Every candidate the run's earlier harness phases archived (`run_archives`), read from
-        their summaries: a phase's proposer offers nothing they already tried, and no edit that
-        failed to build there."""
-        return [
-            CandidateMeta.from_dict(row)
-            for path in run_archives(self.path)[:-1]
-            for row in read_jsonl(path / SUMMARY_FILE)
-        ]
+        """Every candidate the run's earlier harness phases archived (`run_archives`): a phase's
+        proposer offers nothing they already tried, and no edit that failed to build there."""
+        return [meta for path in run_archives(self.path)[:-1] for meta in committed(path)]
 
     def find_digest(self, digest: str) -> CandidateMeta | None:
         return next((m for m in self._metas.values() if m.digest == digest and m.status != "duplicate"), None)
@@ -305,7 +308,7 @@ class HarnessArchive:
         atomic_write_json(staging / META_FILE, meta.to_dict())
         staging.rename(self.folder(meta.name))
         self._metas[meta.name] = meta
-        append_jsonl(self.path / SUMMARY_FILE, meta.to_dict())
+        append_jsonl(self.path / SUMMARY_FILE, meta.to_dict())  # _reload repaired a torn line
         atomic_write_json(self.path / FRONTIER_FILE, [self._frontier_row(m) for m in self.frontier()])
 
     def record_labels(self, labels: dict[str, dict[str, Any]]) -> None:

@@ -32,8 +32,8 @@ class MetaHarnessConfig:
     lower bound must clear; racers: how many of an iteration's valid candidates race, the best on
     the feedback slice (screening; the error rate is split over them; 0: all); futility: a racing
     candidate leaves once its conditional power falls below this (0: never); spread_prior: the
-    per-task sd of a paired difference a race expects before this run has measured one
-    (optimizers.harness.sizing)."""
+    per-task sd of a paired difference a race expects, pooled as 16 paired differences with this
+    run's earlier races (optimizers.harness.sizing)."""
 
     candidates: int = 3
     tasks: int = 20

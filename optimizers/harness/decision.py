@@ -70,7 +70,7 @@ def decide(
         task_ids = [task_id_of(t) for t in slices.feedback]
         score = functools.partial(_recorded_scores, archive)
     rule = config.decision_rule()
-    spread = expected_spread(archive.path, config.spread_prior)
+    spread = expected_spread(archive.path, config.spread_prior, iteration=iteration)
     if scorer is not None:
         score = functools.partial(_incumbent_must_answer, scorer, incumbent)
     sized = {"start": config.race_start, "spread": spread.value}

@@ -225,7 +225,7 @@ class MetaHarness(Teleprompter):
             incumbent = signal.best_name
             yield signal, self._program(student, archive, incumbent)
         for iteration in itertools.count(len(records)):
-            if not self._can_decide(archive, incumbent, slices):
+            if not self._can_decide(archive, iteration, slices):
                 return
             started = time.perf_counter()
             sources, spent, error = self._sources(archive, student.source, iteration)
@@ -278,14 +278,14 @@ class MetaHarness(Teleprompter):
             )
         return program, lm, slices
 
-    def _can_decide(self, archive: HarnessArchive, incumbent: str, slices: Slices) -> bool:
+    def _can_decide(self, archive: HarnessArchive, iteration: int, slices: Slices) -> bool:
         """Whether the phase's next race could adopt anything: a slice on which no lead within the
         score range [0, 1] could clear the rule (a search set of a few tasks) ends the phase before
         its proposals spend a rollout, so the run's budget goes elsewhere."""
         config, rule = self.config, self.config.decision_rule()
         deciding = slices.selection if config.selection_tasks else slices.feedback
         racers = config.racing(config.candidates, selection=bool(config.selection_tasks))
-        spread = expected_spread(archive.path, config.spread_prior)
+        spread = expected_spread(archive.path, config.spread_prior, iteration=iteration)
         size = size_race(
             rule, len(deciding), racers, start=config.race_start, spread=spread.value, source=spread.source
         )

@@ -31,27 +31,40 @@ class Spread:
     source: str
 
 
-def expected_spread(archive: Path, prior: float) -> Spread:
-    """The spread the next race of the run `archive` belongs to expects: the prior pooled with its
-    earlier races' differences (each candidate's last look, weighted by its degrees of freedom; the
-    prior by PRIOR_DEGREES). The run's races are those of `run_archives(archive)`."""
+def expected_spread(archive: Path, prior: float, *, iteration: int) -> Spread:
+    """The spread the race of `iteration` in `archive` expects: the prior pooled with its run's
+    earlier races (`run_archives`; in `archive` itself, those of earlier iterations, a resumed
+    iteration's own row left out), each candidate at its last look weighted by its degrees of
+    freedom, the prior by PRIOR_DEGREES."""
     squares, degrees, races = PRIOR_DEGREES * prior**2, 0, 0
     for path in run_archives(archive):
-        for row in read_jsonl(selection_folder(path) / DECISIONS_FILE):
-            rounds = (row.get("decision") or {}).get("rounds") or []
-            last = rounds[-1] if rounds else {}
-            spreads, bounds = last.get("spreads") or {}, last.get("bounds") or {}
-            for name, spread in spreads.items():
-                tasks = (bounds.get(name) or {}).get("tasks") or 0
-                if tasks >= 2 and spread is not None and math.isfinite(spread):
-                    squares += spread**2 * (tasks - 1)
-                    degrees += tasks - 1
-            races += bool(spreads)
+        rows = {row.get("iteration"): row for row in read_jsonl(selection_folder(path) / DECISIONS_FILE)}
+        for number, row in rows.items():  # the last row of an iteration a crash made write twice
+            if path == archive and not (isinstance(number, int) and number < iteration):
+                continue
+            looks = _last_looks((row.get("decision") or {}).get("rounds") or [])
+            for spread, tasks in looks.values():
+                squares += spread**2 * (tasks - 1)
+                degrees += tasks - 1
+            races += bool(looks)
     if not degrees:
         return Spread(prior, "the prior")
     value = math.sqrt(squares / (PRIOR_DEGREES + degrees))
     said = f"{races} earlier race{'s' * (races != 1)} of this run"
     return Spread(value, f"the prior and {said} ({degrees} paired differences)")
+
+
+def _last_looks(rounds: list[dict]) -> dict[str, tuple[float, int]]:
+    """Each candidate's spread and task count at the last round it raced in (a round holds only the
+    candidates still racing), where a spread over at least 2 tasks was measured."""
+    looks: dict[str, tuple[float, int]] = {}
+    for round_ in rounds:
+        bounds = round_.get("bounds") or {}
+        for name, spread in (round_.get("spreads") or {}).items():
+            tasks = (bounds.get(name) or {}).get("tasks") or 0
+            if tasks >= 2 and spread is not None and math.isfinite(spread):
+                looks[name] = (spread, tasks)
+    return looks
 
 
 __all__ = ["PRIOR_DEGREES", "Spread", "expected_spread"]

@@ -33,6 +33,8 @@ log = logging.getLogger(__name__)
 ATTEMPTS_PER_CANDIDATE = 20
 COMPOSED = "; then "
 """Joins a composed candidate's edits' hypotheses."""
+TRANSIENT = frozenset({"timeout", "memory"})
+"""Sandbox failure reasons (whale_dspy.sandbox.FAILURE_REASONS) that say nothing of the edit itself."""
 GUIDED_SHARE = 0.5
 """The share of a guided proposer's draws taken from the edits the traces call for (the rest explore)."""
 
@@ -41,9 +43,12 @@ def refused_at_build(candidates: Iterable[CandidateMeta]) -> set[str]:
     """The hypotheses of candidates that failed to build. An edit's build failure says what the
     task's tools cannot support (answers from a listing tool where none lists, a vote over an
     episode's tools), which fails the same way on every parent: such an edit is not drawn again.
-    A composed candidate's failure ("A; then B") names no one edit, so it bans none."""
+    A composed candidate's failure ("A; then B") names no one edit, so it bans none, and nor does
+    one stopped by a limit (TRANSIENT: a busy machine may pass next time)."""
     return {
-        meta.hypothesis for meta in candidates if meta.stage == "build" and COMPOSED not in meta.hypothesis
+        meta.hypothesis
+        for meta in candidates
+        if meta.stage == "build" and meta.reason not in TRANSIENT and COMPOSED not in meta.hypothesis
     }
 
 

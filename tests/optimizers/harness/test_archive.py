@@ -58,6 +58,23 @@ def test_reopen_drops_half_candidates_and_repairs_the_summary(tmp_path):
     assert sorted(names) == ["c0000", "c0001"]
 
 
+def test_a_torn_summary_line_is_repaired_before_the_next_append(tmp_path):
+    """Killed mid-append, a summary ends in half a line; reopened and added to, it must stay
+    readable, since a run's later phases read every earlier phase's candidates."""
+    archive = HarnessArchive(tmp_path / "phase-000")
+    add(archive, meta("c0000", 0.5))
+    add(archive, meta("c0001", 0.6))
+    summary = tmp_path / "phase-000" / "archive.jsonl"
+    summary.write_text(summary.read_text()[:-20])  # c0001's line torn
+    again = HarnessArchive(tmp_path / "phase-000")
+    add(again, meta("c0002", 0.7))
+    names = [json.loads(line)["name"] for line in summary.read_text().splitlines()]
+    assert sorted(names) == ["c0000", "c0001", "c0002"]
+    later = HarnessArchive(tmp_path / "phase-001")
+    assert [m.name for m in later.earlier_candidates()] == ["c0000", "c0001", "c0002"]
+    assert HarnessArchive(tmp_path / "phase-000").earlier_candidates() == []
+
+
 def test_best_ranks_by_score_then_turns_then_tokens(tmp_path):
     archive = HarnessArchive(tmp_path)
     for candidate in [

@@ -77,18 +77,34 @@ def test_ten_examples_are_split_and_decided_on_tasks_the_proposer_never_saw(tmp_
 
 
 def test_the_expected_spread_pools_the_prior_with_this_runs_earlier_races(tmp_path):
-    """A first race stopped after 8 tasks already informs the next race's sizing (two candidates,
-    14 paired differences), weighed against the prior's PRIOR_DEGREES; another run's races and a
-    later phase's do not count."""
+    """A first race stopped after 8 tasks already informs the next race's sizing, weighed against
+    the prior's PRIOR_DEGREES: each candidate at the last round it raced in, an iteration recorded
+    twice (a crash between its rows) once, a resumed iteration's own row, another run's races and a
+    later phase's not at all; a search of its own pools its earlier iterations."""
+    two_rounds = [
+        {"spreads": {"c1": 0.1, "c2": 0.3}, "bounds": {"c1": {"tasks": 8}, "c2": {"tasks": 8}}},
+        {"spreads": {"c2": 0.2}, "bounds": {"c2": {"tasks": 16}}},  # c1 stopped after 8 tasks
+    ]
+    one_round = [{"spreads": {"c1": 0.5}, "bounds": {"c1": {"tasks": 8}}}]
+
+    def record(archive, iteration, rounds):
+        archive.mkdir(parents=True, exist_ok=True)
+        row = {"iteration": iteration, "decision": {"rounds": rounds}}
+        append_jsonl(archive.with_name(archive.name + "-selection") / "decisions.jsonl", row)
+
     archive = tmp_path / "harness" / "phase-002"
-    assert expected_spread(archive, 0.33) == Spread(0.33, "the prior")
-    bounds = {"c1": {"tasks": 8}, "c2": {"tasks": 8}}
-    race = {"iteration": 1, "decision": {"rounds": [{"spreads": {"c1": 0.1, "c2": 0.2}, "bounds": bounds}]}}
-    for run, phase in (("harness", "000"), ("other", "000"), ("harness", "003")):
-        (tmp_path / run / f"phase-{phase}").mkdir(parents=True)
-        append_jsonl(tmp_path / run / f"phase-{phase}-selection" / "decisions.jsonl", race)
-    pooled = expected_spread(archive, 0.33)
-    variance = (PRIOR_DEGREES * 0.33**2 + 7 * 0.1**2 + 7 * 0.2**2) / (PRIOR_DEGREES + 14)
+    assert expected_spread(archive, 0.33, iteration=1) == Spread(0.33, "the prior")
+    record(tmp_path / "harness" / "phase-000", 1, one_round)
+    record(tmp_path / "harness" / "phase-000", 1, two_rounds)  # the same iteration again: the last counts
+    for elsewhere in (tmp_path / "other" / "phase-000", tmp_path / "harness" / "phase-003"):
+        record(elsewhere, 1, one_round)
+    record(archive, 1, one_round)
+    record(archive, 2, one_round)  # the race of iteration 2, resumed: not its own evidence
+    pooled = expected_spread(archive, 0.33, iteration=2)
+    variance = (PRIOR_DEGREES * 0.33**2 + 7 * 0.1**2 + 15 * 0.2**2 + 7 * 0.5**2) / (PRIOR_DEGREES + 29)
     assert pooled.value == pytest.approx(variance**0.5)
-    assert pooled.source == "the prior and 1 earlier race of this run (14 paired differences)"
-    assert expected_spread(tmp_path / "harness" / "search", 0.33).source == "the prior"  # a run of its own
+    assert pooled.source == "the prior and 2 earlier races of this run (29 paired differences)"
+    search = tmp_path / "search"
+    record(search, 1, two_rounds)
+    assert expected_spread(search, 0.33, iteration=1).source == "the prior"
+    assert "1 earlier race" in expected_spread(search, 0.33, iteration=2).source  # a run of its own

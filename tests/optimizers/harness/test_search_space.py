@@ -13,10 +13,12 @@ from meta_harness_helpers import BROKEN, GOOD, QA, TOY, archive_with, exact, sou
 from sandbox_helpers import TEST_LIMITS
 
 from optimizers.engine.assembly import proposer_lm
+from optimizers.harness.archive import CandidateMeta
 from optimizers.harness.proposers import MechanismProposer, MutationProposer
 from optimizers.harness.proposers.demos import call_fields, demos_from
 from optimizers.harness.proposers.diagnosis import indicated_edits, symptoms
 from optimizers.harness.proposers.edits import EDITS_BY_NAME, FEW_SHOT_HYPOTHESIS, few_shot
+from optimizers.harness.proposers.mutation import refused_at_build
 from whale_dspy.errors import ConfigError
 from whale_dspy.evaluation import EvalRequest, evaluate
 from whale_dspy.harness import HarnessProgram, HarnessSource
@@ -202,9 +204,12 @@ def test_the_mechanism_proposer_applies_the_mechanism_a_small_lm_picks(tmp_path)
     assert usage.calls == 3 and len(usage.failures) == 1 and usage.tokens > 0  # the third answer was refused
 
 
-def test_the_mechanism_proposer_never_offers_code_the_archive_holds(tmp_path):
+@pytest.mark.parametrize("tried_in", ["this phase", "an earlier phase of the run"])
+def test_the_mechanism_proposer_never_offers_code_its_run_tried(tmp_path, tried_in):
     with_cot = EDITS_BY_NAME["chain_of_thought"].apply(TOY, random.Random(0))
-    archive = archive_with(tmp_path / "archive", [[source(with_cot)]], h0=TOY)
+    archive = archive_with(tmp_path / "run" / "phase-001", [[source(with_cot)]], h0=TOY)
+    if tried_in != "this phase":
+        archive = archive_with(tmp_path / "run" / "phase-003", h0=TOY)
     assert archive.best(1)[0].name == "c0000"  # the reasoning variant fails to parse: h0 stays best
     proposer = MechanismProposer(ScriptedLM(['{"mechanism": "chain_of_thought", "sentence": ""}']), parents=1)
     assert proposer.propose(archive, 1) == []
@@ -320,6 +325,16 @@ def test_a_labeled_demo_reaches_a_retrieval_predictor_and_never_its_own_task():
     assert "not supplied" in shown  # DSPy marks the demo's missing passages
 
 
+def test_an_edit_stopped_by_a_limit_at_build_is_drawn_again():
+    """A timeout or a memory stop says nothing of the edit (a busy machine may pass next time)."""
+    hypothesis = EDITS_BY_NAME["answer_from_choices"].hypothesis
+    stopped = CandidateMeta(
+        "c0001", 1, "c0000", hypothesis, "mutation", "d1", "invalid", "build", reason="timeout"
+    )
+    assert refused_at_build([stopped]) == set()
+    assert refused_at_build([dataclasses.replace(stopped, reason="crash")]) == {hypothesis}
+
+
 def test_a_composed_candidate_that_failed_to_build_bans_neither_of_its_edits(tmp_path):
     choices = EDITS_BY_NAME["answer_from_choices"]
     refused = source(BROKEN["raising_build"], hypothesis=f"{choices.hypothesis}; then something else")
@@ -343,6 +358,8 @@ def test_a_runs_later_harness_phase_offers_nothing_an_earlier_phase_tried(tmp_pa
     assert [s.digest for s in MutationProposer(seed=1).propose(elsewhere, 3)] == [s.digest for s in offered]
     again = MutationProposer(seed=1).propose(later, 3)
     assert len(again) == 3 and not {s.digest for s in again} & {s.digest for s in offered}
+    archive_with(tmp_path / "run" / "phase-005", [again], h0=GOOD)  # a later phase's: not tried yet
+    assert [s.digest for s in MutationProposer(seed=1).propose(later, 3)] == [s.digest for s in again]
     drawn = {
         name: [s.name for seed in range(40) for s in MutationProposer(seed, guided=True).propose(archive, 3)]
         for name, archive in (("later", later), ("elsewhere", elsewhere))
