@@ -13,6 +13,7 @@ People and proposers read the same files, so the layout is plain:
     <archive>/frontier.json        Pareto frontier of accuracy against tokens per rollout
     <archive>/labels.json          the search tasks' gold fields, by task id (for proposers only)
     <archive>/task_card.md         the task card: signature, tools, metric (for proposers)
+    <archive>/sampling.json        the LM sampling its scores were drawn at (a resume must match)
 
 A candidate is written into a hidden staging folder and renamed into place, so
 a crash never leaves a half candidate; reopening drops stale staging folders and
@@ -46,7 +47,7 @@ HARNESS_FILE, META_FILE, TRACES_FILE, SMOKE_FILE, DIFF_FILE = (
 )
 SUMMARY_FILE, ITERATIONS_FILE, FRONTIER_FILE = "archive.jsonl", "iterations.jsonl", "frontier.json"
 PROPOSALS_FILE = "proposals.jsonl"
-LABELS_FILE, TASK_CARD_FILE = "labels.json", "task_card.md"
+LABELS_FILE, TASK_CARD_FILE, SAMPLING_FILE = "labels.json", "task_card.md", "sampling.json"
 STAGING_PREFIX = ".staging-"
 PHASE_PREFIX = "phase-"
 """A run's harness phases archive side by side as `phase-000`, `phase-001`, ... (by the run's
@@ -317,6 +318,14 @@ class HarnessArchive:
         proposer may still copy gold into a candidate's code: that raises only its search score, so
         the phase may pick it, and only the held-out test split shows it."""
         atomic_write_json(self.path / LABELS_FILE, {**self.labels(), **labels})
+
+    def sampling(self) -> dict[str, Any] | None:
+        """The LM sampling the archive's scores were drawn at; None before it recorded one."""
+        text = self._read_if_present(SAMPLING_FILE)
+        return json.loads(text) if text is not None else None
+
+    def record_sampling(self, sampling: dict[str, Any]) -> None:
+        atomic_write_json(self.path / SAMPLING_FILE, sampling)
 
     def record_task(self, card: str) -> None:
         atomic_write_text(self.path / TASK_CARD_FILE, card)

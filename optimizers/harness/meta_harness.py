@@ -119,6 +119,26 @@ def _scores_and_cost(report: EvalReport, rollouts: list[Rollout], smoke: list[Ro
     return scores, cost
 
 
+SAMPLED = ("temperature", "max_tokens")
+"""The LM settings an archive's scores depend on, beyond the harness's own."""
+
+
+def _check_sampling(archive: HarnessArchive, lm: Any) -> None:
+    """An archive's scores and cached race chunks hold for the sampling they were drawn at: a search
+    resumed at another completion budget or temperature would rank and race across the two, so it
+    is refused. An archive from before this record takes the sampling it is resumed at."""
+    kwargs = getattr(lm, "kwargs", None) or {}
+    sampling = {key: kwargs.get(key) for key in SAMPLED}
+    recorded = archive.sampling()
+    if recorded is None:
+        archive.record_sampling(sampling)
+    elif recorded != sampling:
+        raise ConfigError(
+            f"archive {archive.path} was sampled at {recorded}; this search samples at {sampling}: "
+            "use a new archive directory for other sampling"
+        )
+
+
 class MetaHarness(Teleprompter):
     def __init__(
         self,
@@ -213,6 +233,7 @@ class MetaHarness(Teleprompter):
         student, lm, slices = self._check_inputs(program, searchset)
         archive = HarnessArchive(folder)
         self._check_root(archive, student.source)
+        _check_sampling(archive, lm)
         selection_folder(archive.path).mkdir(parents=True, exist_ok=True)
         slices = slices.as_recorded(selection_folder(archive.path), searchset)
         slices.record(selection_folder(archive.path))

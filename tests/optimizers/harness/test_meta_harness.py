@@ -250,6 +250,19 @@ def test_resume_refuses_another_incoming_harness(tmp_path):
         next(second.iterations(student(GOOD), tasks()))
 
 
+def test_resume_refuses_other_sampling(tmp_path):
+    """Scores drawn at one completion budget must not be ranked or raced against another's."""
+    first, _ = search(tmp_path, [])
+    next(first.iterations(student(), tasks()))
+    assert HarnessArchive(tmp_path / "archive").sampling() == {"temperature": 0.0, "max_tokens": 1000}
+    second, _ = search(tmp_path, [])
+    second.lm = lm().copy(max_tokens=64)
+    with pytest.raises(ConfigError, match="sampled at .*'max_tokens': 1000.*this search samples at .*64"):
+        next(second.iterations(student(), tasks()))
+    third, _ = search(tmp_path, [])
+    next(third.iterations(student(), tasks()))  # the same sampling resumes
+
+
 def test_prompt_only_rejects_code_changes(tmp_path):
     prompt_edit = TOY.replace('"Answer the question."', '"Answer with one number."').replace(
         "Toy harness", "Terse harness"
