@@ -204,7 +204,8 @@ class HarnessArchive:
             log.warning("archive %s: dropping unfinished candidate %s", self.path, stale.name)
             shutil.rmtree(stale, ignore_errors=True)
         self._metas = {meta.name: meta for meta in committed(self.path)}
-        repair_jsonl(self.path / SUMMARY_FILE)  # a torn line would sit in the middle after the appends
+        for log_file in (SUMMARY_FILE, ITERATIONS_FILE, PROPOSALS_FILE):
+            repair_jsonl(self.path / log_file)  # a torn last line (a kill) must not precede the next
         summarized = {record["name"] for record in read_jsonl(self.path / SUMMARY_FILE)}
         for name in self._metas.keys() - summarized:  # committed but not summarized before a crash
             append_jsonl(self.path / SUMMARY_FILE, self._metas[name].to_dict())
@@ -309,7 +310,7 @@ class HarnessArchive:
         atomic_write_json(staging / META_FILE, meta.to_dict())
         staging.rename(self.folder(meta.name))
         self._metas[meta.name] = meta
-        append_jsonl(self.path / SUMMARY_FILE, meta.to_dict())  # _reload repaired a torn line
+        append_jsonl(self.path / SUMMARY_FILE, meta.to_dict())
         atomic_write_json(self.path / FRONTIER_FILE, [self._frontier_row(m) for m in self.frontier()])
 
     def record_labels(self, labels: dict[str, dict[str, Any]]) -> None:
@@ -331,7 +332,6 @@ class HarnessArchive:
         atomic_write_text(self.path / TASK_CARD_FILE, card)
 
     def record_proposal(self, iteration: int, proposal: Proposal) -> None:
-        repair_jsonl(self.path / PROPOSALS_FILE)  # a torn line from a kill must not precede this one
         append_jsonl(self.path / PROPOSALS_FILE, {"iteration": iteration, **proposal.to_dict()})
 
     def record_iteration(self, record: dict[str, Any]) -> None:

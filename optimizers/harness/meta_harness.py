@@ -54,7 +54,13 @@ from optimizers.harness.decision import (
     recorded_iterations,
 )
 from optimizers.harness.racing import Decision, size_race
-from optimizers.harness.selection import Slices, selection_folder, slice_sizes, split_search_tasks
+from optimizers.harness.selection import (
+    DECISIONS_FILE,
+    Slices,
+    selection_folder,
+    slice_sizes,
+    split_search_tasks,
+)
 from optimizers.harness.sizing import expected_spread
 from optimizers.harness.task_card import task_card
 from optimizers.harness.validation import (
@@ -68,7 +74,7 @@ from optimizers.signals import HarnessIteration
 from whale_dspy.errors import BackendError, ConfigError
 from whale_dspy.evaluation import EvalReport, EvalRequest
 from whale_dspy.harness import HarnessProgram, HarnessSource, rename
-from whale_dspy.jsonl import read_jsonl, to_jsonable
+from whale_dspy.jsonl import read_jsonl, repair_jsonl, to_jsonable
 from whale_dspy.protocols import CandidateEvaluator, HarnessProposer
 from whale_dspy.records import ProposerUsage, Rollout, add_counts
 from whale_dspy.rollouts import task_id_of
@@ -119,18 +125,20 @@ def _scores_and_cost(report: EvalReport, rollouts: list[Rollout], smoke: list[Ro
     return scores, cost
 
 
-SAMPLED = ("temperature", "max_tokens")
+SAMPLED = ("temperature", "max_tokens", "max_completion_tokens")
 """The LM settings an archive's scores depend on, beyond the harness's own."""
 
 
 def _check_sampling(archive: HarnessArchive, lm: Any) -> None:
     """An archive's scores and cached race chunks hold for the sampling they were drawn at: a search
     resumed at another completion budget or temperature would rank and race across the two, so it
-    is refused. An archive from before this record takes the sampling it is resumed at."""
+    is refused. An archive with no candidate yet (a first start that failed early), or from before
+    this record, takes the sampling it is resumed at. (DSPy keeps an OpenAI reasoning model's budget
+    as max_completion_tokens.)"""
     kwargs = getattr(lm, "kwargs", None) or {}
-    sampling = {key: kwargs.get(key) for key in SAMPLED}
+    sampling = {key: kwargs[key] for key in SAMPLED if kwargs.get(key) is not None}
     recorded = archive.sampling()
-    if recorded is None:
+    if recorded is None or not len(archive):
         archive.record_sampling(sampling)
     elif recorded != sampling:
         raise ConfigError(
@@ -235,6 +243,7 @@ class MetaHarness(Teleprompter):
         self._check_root(archive, student.source)
         _check_sampling(archive, lm)
         selection_folder(archive.path).mkdir(parents=True, exist_ok=True)
+        repair_jsonl(selection_folder(archive.path) / DECISIONS_FILE)  # a kill's torn last row
         slices = slices.as_recorded(selection_folder(archive.path), searchset)
         slices.record(selection_folder(archive.path))
         tasks = slices.feedback

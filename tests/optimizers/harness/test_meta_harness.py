@@ -263,6 +263,30 @@ def test_resume_refuses_other_sampling(tmp_path):
     next(third.iterations(student(), tasks()))  # the same sampling resumes
 
 
+def test_a_first_start_without_a_candidate_may_resume_at_other_sampling(tmp_path):
+    """A search that failed before scoring anything (a server down, say) holds no score to mix."""
+    (tmp_path / "archive").mkdir()
+    HarnessArchive(tmp_path / "archive").record_sampling({"max_tokens": 64})
+    first, _ = search(tmp_path, [])
+    next(first.iterations(student(), tasks()))
+    assert HarnessArchive(tmp_path / "archive").sampling()["max_tokens"] == 1000
+
+
+def test_a_torn_last_row_of_an_archives_logs_is_dropped_on_resume(tmp_path):
+    """Killed mid-append, an iteration or decision log ends in half a row; the resumed iteration's
+    row must not follow it, or every later read of the log raises."""
+    first, _ = search(tmp_path, [[source(GOOD)]], max_iterations=1, patience=5)
+    take(first, 2)
+    logs = [tmp_path / "archive" / "iterations.jsonl", tmp_path / "archive-selection" / "decisions.jsonl"]
+    for log in logs:
+        *kept, last = log.read_text().splitlines(keepends=True)
+        log.write_text("".join(kept) + last[:30])
+    second, _ = search(tmp_path, [[source(GOOD)]], max_iterations=1, patience=5)
+    take(second, 2)
+    for log in logs:
+        assert [json.loads(line)["iteration"] for line in log.read_text().splitlines()][-1] == 1
+
+
 def test_prompt_only_rejects_code_changes(tmp_path):
     prompt_edit = TOY.replace('"Answer the question."', '"Answer with one number."').replace(
         "Toy harness", "Terse harness"
