@@ -258,7 +258,7 @@ def search(
     setup: dict[str, Any], backend: InferenceBackend, args: argparse.Namespace, console: Console
 ) -> int:
     """Run the search on a started backend, then score h0 and the best harness on the test tasks."""
-    from optimizers.harness import MetaHarness
+    from optimizers.harness import MetaHarness, lm_sampling
 
     domain, run_dir = setup["domain"], setup["run_dir"]
     adapter = load_adapter_folder(backend, args.adapter, args.model, "search")
@@ -308,7 +308,7 @@ def search(
     }
     console.print(test_table(results, args.eval_k))
     record = {"search": asdict(best.report), "test": results, "served_model": served}
-    record["sampling"] = {key: lm.kwargs.get(key) for key in ("temperature", "max_tokens")}
+    record["sampling"] = lm_sampling(lm)  # as the archive recorded it
     record["adapter"] = adapter_folder
     record["adapter_sha256"] = adapter_checksums(adapter_folder)
     record["serving"] = serving

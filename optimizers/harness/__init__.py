@@ -13,6 +13,7 @@ _EXPORTS = {
     "MetaHarnessConfig": "config",
     "MetaHarness": "meta_harness",
     "sandboxed_evaluator": "meta_harness",
+    "lm_sampling": "meta_harness",
     "race": "racing",
     "Spread": "sizing",
     "PROPOSER_HELP": "proposers",

@@ -271,10 +271,12 @@ class HarnessArchive:
         except FileNotFoundError:
             return None
 
-    def earlier_candidates(self) -> list[CandidateMeta]:
-        """Every candidate the run's earlier harness phases archived (`run_archives`): a phase's
-        proposer offers nothing they already tried, and no edit that failed to build there."""
-        return [meta for path in run_archives(self.path)[:-1] for meta in committed(path)]
+    def run_candidates(self) -> list[CandidateMeta]:
+        """Every candidate the run archived so far (`run_archives`): its earlier harness phases',
+        then this phase's. A phase's proposer offers nothing they already tried, and no edit that
+        failed to build there."""
+        earlier = [meta for path in run_archives(self.path)[:-1] for meta in committed(path)]
+        return [*earlier, *self.candidates]
 
     def find_digest(self, digest: str) -> CandidateMeta | None:
         return next((m for m in self._metas.values() if m.digest == digest and m.status != "duplicate"), None)

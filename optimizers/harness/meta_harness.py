@@ -126,17 +126,22 @@ def _scores_and_cost(report: EvalReport, rollouts: list[Rollout], smoke: list[Ro
 
 
 SAMPLED = ("temperature", "max_tokens", "max_completion_tokens")
-"""The LM settings an archive's scores depend on, beyond the harness's own."""
+"""The LM settings an archive's scores depend on, beyond the harness's own (DSPy keeps an OpenAI
+reasoning model's budget as max_completion_tokens)."""
+
+
+def lm_sampling(lm: Any) -> dict[str, Any]:
+    """The SAMPLED settings `lm` samples at, those it sets (an LM without `kwargs` sets none)."""
+    kwargs = getattr(lm, "kwargs", None) or {}
+    return {key: kwargs[key] for key in SAMPLED if kwargs.get(key) is not None}
 
 
 def _check_sampling(archive: HarnessArchive, lm: Any) -> None:
     """An archive's scores and cached race chunks hold for the sampling they were drawn at: a search
     resumed at another completion budget or temperature would rank and race across the two, so it
     is refused. An archive with no candidate yet (a first start that failed early), or from before
-    this record, takes the sampling it is resumed at. (DSPy keeps an OpenAI reasoning model's budget
-    as max_completion_tokens.)"""
-    kwargs = getattr(lm, "kwargs", None) or {}
-    sampling = {key: kwargs[key] for key in SAMPLED if kwargs.get(key) is not None}
+    this record, takes the sampling it is resumed at."""
+    sampling = lm_sampling(lm)
     recorded = archive.sampling()
     if recorded is None or not len(archive):
         archive.record_sampling(sampling)

@@ -71,7 +71,7 @@ class MechanismProposer:
 
     def propose(self, archive: HarnessArchive, k: int) -> list[HarnessSource]:
         parents = [meta.name for meta in archive.parents(self.parents)]
-        seen = {meta.digest for meta in (*archive.earlier_candidates(), *archive.candidates)}
+        seen = {meta.digest for meta in archive.run_candidates()}
         chosen: set[str] = set()
         out: list[HarnessSource] = []
         for index in range(k):

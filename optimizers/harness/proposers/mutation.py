@@ -90,7 +90,7 @@ class MutationProposer:
         each phase races something new, and edits that failed to build there are not drawn."""
         rng = random.Random(derive_seed("mutation", self.seed, len(archive)))
         parents = [archive.source(meta.name) for meta in archive.parents(self.parents)]
-        tried = [*archive.earlier_candidates(), *archive.candidates]
+        tried = archive.run_candidates()
         refused, labels = refused_at_build(tried), archive.labels()
         edits = {
             parent.name: tuple(

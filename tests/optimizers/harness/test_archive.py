@@ -71,8 +71,12 @@ def test_a_torn_summary_line_is_repaired_before_the_next_append(tmp_path):
     names = [json.loads(line)["name"] for line in summary.read_text().splitlines()]
     assert sorted(names) == ["c0000", "c0001", "c0002"]
     later = HarnessArchive(tmp_path / "phase-001")
-    assert [m.name for m in later.earlier_candidates()] == ["c0000", "c0001", "c0002"]
-    assert HarnessArchive(tmp_path / "phase-000").earlier_candidates() == []
+    assert [m.name for m in later.run_candidates()] == ["c0000", "c0001", "c0002"]
+    assert [m.name for m in HarnessArchive(tmp_path / "phase-000").run_candidates()] == [
+        "c0000",
+        "c0001",
+        "c0002",
+    ]  # its own, no earlier phase
 
 
 def test_best_ranks_by_score_then_turns_then_tokens(tmp_path):
