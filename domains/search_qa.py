@@ -3,8 +3,10 @@
 HotpotQA splits follow the bundled `split` field: RPT test (500) -> test, RPT
 dev (300) -> val, and the other 668 are cut by a salted hash into train (70 %)
 and search (30 %). SQuAD is split by article (60 / 10 / 10 / 20 % of the 48
-articles), so no paragraph's questions cross splits. The search tool always
-sees the whole corpus of its dataset.
+articles), so no article's questions cross splits; each SQuAD task names its
+article as its `task_group`, so a few-shot demo of one search task is never
+shown to another of its article. The search tool always sees the whole corpus
+of its dataset.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from domains.bm25_index import make_search_tool
 from domains.qa_metrics import SCORERS, best_score
 from whale_dspy.errors import ConfigError
 from whale_dspy.protocols import Tools
+from whale_dspy.records import TASK_GROUP
 
 HOTPOT_POOL_FRACTIONS = {"train": 0.7, "search": 0.3}
 SQUAD_ARTICLE_FRACTIONS = {"train": 0.6, "search": 0.1, "val": 0.1, "test": 0.2}
@@ -57,6 +60,7 @@ def squad_example(row: dict[str, Any]) -> dspy.Example:
         answers=answers,
         title=row["title"],
         passage_id=row["passage_id"],
+        **{TASK_GROUP: row["title"]},
     ).with_inputs("question")
 
 
@@ -102,5 +106,5 @@ class SquadDomain(SearchQADomain):
 
     def _build_splits(self) -> dict[str, list[dspy.Example]]:
         rows = parse_rows(self.data_dir / "search_qa" / "squad_questions.jsonl.gz", squad_example)
-        split_of = assign_splits([ex.title for ex in rows], SQUAD_ARTICLE_FRACTIONS, salt="squad")
-        return group_by_split(rows, lambda ex: split_of[ex.title])
+        split_of = assign_splits([ex[TASK_GROUP] for ex in rows], SQUAD_ARTICLE_FRACTIONS, salt="squad")
+        return group_by_split(rows, lambda ex: split_of[ex[TASK_GROUP]])

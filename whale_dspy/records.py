@@ -8,6 +8,7 @@ Records are frozen and round-trip through JSON (`to_dict` / `from_dict`).
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -36,6 +37,20 @@ class TrainResult:
 WINNING_SAMPLE = "winning_sample"
 """The prediction field in which a harness block that draws several samples of the harness (a
 majority vote, verify-and-retry) names the rollout id of the sample whose answer it kept."""
+
+TASK_GROUP = "task_group"
+"""An example's optional field naming what it shares with other tasks (SQuAD: its article). Held-out
+tasks come from other groups (SQuAD splits by article), so a few-shot demo drawn from one task is
+never shown to another task of its group: the search would credit demos for help no held-out task
+gets."""
+GROUP_SETTING = "whale_task_group"
+"""The `dspy.settings` key under which a rollout names its task's group (as `group_key`) to the harness."""
+
+
+def group_key(group: object) -> str | None:
+    """A task group's opaque key, None for none: a hash, since a harness reads it and an article's
+    title would help it search."""
+    return None if group is None else hashlib.sha256(f"task-group:{group}".encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from whale_dspy.errors import BackendError
 from whale_dspy.harness import HarnessProgram
 from whale_dspy.jsonl import to_jsonable
 from whale_dspy.protocols import Tools, is_stateful, stateful_tool
-from whale_dspy.records import LMCall, Rollout, ToolCall
+from whale_dspy.records import GROUP_SETTING, TASK_GROUP, LMCall, Rollout, ToolCall, group_key
 
 log = logging.getLogger(__name__)
 
@@ -238,7 +238,8 @@ def run_rollout(
     watching = _current_watch.set(watch)
     try:
         inner = program.build_for(example, recorder.wrap(program.tools_factory(example)))
-        with dspy.context(lm=rollout_lm, callbacks=[*dspy.settings.callbacks, watch]):
+        group = {GROUP_SETTING: group_key(example.get(TASK_GROUP))}
+        with dspy.context(lm=rollout_lm, callbacks=[*dspy.settings.callbacks, watch], **group):
             prediction = inner(**example.inputs())
     except Exception as exc:
         error = f"{type(exc).__name__}: {exc}"

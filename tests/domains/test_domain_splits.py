@@ -10,6 +10,7 @@ from domains import DOMAIN_NAMES, get_domain
 from domains.math_problems import GSM8KDomain
 from whale_dspy.errors import ConfigError
 from whale_dspy.protocols import SPLITS, Domain
+from whale_dspy.records import TASK_GROUP
 
 
 @pytest.fixture(scope="module", params=DOMAIN_NAMES)
@@ -68,10 +69,12 @@ def test_subsamples_are_deterministic_shuffled_prefixes(domain):
         domain.load("dev")
 
 
-def test_squad_splits_share_no_article():
+def test_squad_splits_share_no_article_and_each_task_names_its_article_as_its_group():
     domain = get_domain("squad")
     titles = [{ex.title for ex in domain.load(split)} for split in SPLITS]
     assert sum(len(t) for t in titles) == len(set().union(*titles)) == 48
+    assert all(ex[TASK_GROUP] == ex.title for split in SPLITS for ex in domain.load(split))
+    assert TASK_GROUP not in domain.load("search", limit=1)[0].inputs()
 
 
 def test_chess_filters_never_move_a_puzzle_to_another_split():

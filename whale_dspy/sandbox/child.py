@@ -164,6 +164,7 @@ class Runner:
         """One rollout's harness part: build, call, and report the prediction or the failure."""
         import dspy
 
+        from whale_dspy.records import GROUP_SETTING
         from whale_dspy.rollouts import prediction_dict
         from whale_dspy.sandbox.proxy import ParseReporter, ProxyLM
         from whale_dspy.sandbox.specs import ADAPTERS, tool_stub
@@ -182,6 +183,7 @@ class Runner:
                 lm=ProxyLM(self.requests, number, job["lm"]),
                 adapter=adapter,
                 callbacks=[ParseReporter(self.channel, number)],
+                **{GROUP_SETTING: job.get("group")},
             ):
                 outcome = {"prediction": prediction_dict(inner(**job["inputs"]))}
         except MemoryError:  # leave the handler at once: its traceback keeps the candidate's memory alive

@@ -208,8 +208,11 @@ class CandidateSession:
 
     # -- one rollout ------------------------------------------------------------------------
 
-    def run(self, inputs: dict[str, Any], tools: Tools, lm: dspy.BaseLM) -> dspy.Prediction | None:
-        """Run the candidate on one task in the child, serving its LM and tool calls from here."""
+    def run(
+        self, inputs: dict[str, Any], tools: Tools, lm: dspy.BaseLM, group: str | None = None
+    ) -> dspy.Prediction | None:
+        """Run the candidate on one task in the child, serving its LM and tool calls from here; `group`
+        is the task's group key (`whale_dspy.records.group_key`), set in the child's dspy settings."""
         job, inbox = next(self._job_ids), queue.Queue()
         with self._lock:
             if self.failure is None:
@@ -225,6 +228,7 @@ class CandidateSession:
                     "tools": describe_tools(tools),
                     "lm": lm_profile(lm),
                     "adapter": adapter_name(dspy.settings.adapter),
+                    "group": group,
                 }
             )
             return self._serve(inbox, tools, lm)

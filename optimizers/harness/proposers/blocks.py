@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import dspy
 
-from whale_dspy.records import WINNING_SAMPLE
+from whale_dspy.records import GROUP_SETTING, WINNING_SAMPLE
 
 VOTES = 5
 """Samples the majority vote draws."""
@@ -32,6 +32,9 @@ MAX_TOKENS: int | None = None
 """The harness's own completion budget per LM call (None: the run's; the sandbox caps it)."""
 DEMOS: list[dict[str, Any]] = []
 """Worked examples (one predictor call's input and output fields) from accepted search rollouts."""
+DEMO_GROUP = "_task_group"
+"""A demo's key for its source task's group key (never a signature field: pydantic keeps names with a
+leading underscore private), so no task of that group is shown it."""
 
 ANSWER_VALUES = "choices"
 """What the answer field may hold: 'choices' (one of the values a tool lists, e.g. the legal moves) or
@@ -109,7 +112,8 @@ class WithSampling(dspy.Module):
 
 class WithDemos(dspy.Module):
     """Show each predictor the DEMOS its fields can hold (DSPy few-shot), never one of the task at hand
-    (a demo drawn from a search task would hand that task its own answer)."""
+    (a demo drawn from a search task would hand that task its own answer) or of its group (the rollout
+    names it in dspy's settings: a demo from a task's article helps it as no held-out task is helped)."""
 
     def __init__(self, inner: dspy.Module) -> None:
         super().__init__()
@@ -117,18 +121,22 @@ class WithDemos(dspy.Module):
         set_demos(inner, {})
 
     def forward(self, **inputs: Any) -> dspy.Prediction:
-        if not any(own_task(demo, inputs) for demo in DEMOS):
+        group = dspy.settings.get(GROUP_SETTING)
+        if not any(own_task(demo, inputs, group) for demo in DEMOS):
             return self.inner(**inputs)
         program = self.inner.deepcopy()
-        set_demos(program, inputs)
+        set_demos(program, inputs, group)
         return program(**inputs)
 
 
-def own_task(demo: dict[str, Any], inputs: dict[str, Any]) -> bool:
+def own_task(demo: dict[str, Any], inputs: dict[str, Any], group: str | None = None) -> bool:
+    """Whether `demo` came from the task at hand (an input value of its own) or from its group."""
+    if group is not None and demo.get(DEMO_GROUP) == group:
+        return True
     return any(key in demo and demo[key] == value for key, value in inputs.items())
 
 
-def set_demos(program: dspy.Module, inputs: dict[str, Any]) -> None:
+def set_demos(program: dspy.Module, inputs: dict[str, Any], group: str | None = None) -> None:
     """Each predictor gets the demos that hold one of its inputs and one of its outputs (DSPy's own
     rule for a demo it can show; a missing field shows as not supplied), cut to its fields: a
     labeled demo's worked solution reaches a reasoning predictor, a plain one sees the answer."""
@@ -139,7 +147,7 @@ def set_demos(program: dspy.Module, inputs: dict[str, Any]) -> None:
             for demo in DEMOS
             if set(signature.input_fields) & set(demo)
             and set(signature.output_fields) & set(demo)
-            and not own_task(demo, inputs)
+            and not own_task(demo, inputs, group)
         ]
 
 

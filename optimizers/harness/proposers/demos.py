@@ -8,7 +8,8 @@ is a search task's inputs with its gold fields, a worked solution included where
 the domain gives one as `reasoning`: the lever when the harness succeeds too
 rarely to bootstrap from. Both come only from the archive, which holds search
 tasks (never the test split); the few-shot block keeps a task's own demo out of
-that task's prompt.
+that task's prompt, and a demo of a task with a group (`TASK_GROUP` among its
+labels) out of every prompt of that group.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from whale_dspy.records import LMCall, Rollout
+from optimizers.harness.proposers.blocks import DEMO_GROUP
+from whale_dspy.records import TASK_GROUP, LMCall, Rollout, group_key
 
 FIELD = re.compile(r"\[\[ ## (\w+) ## \]\]\n(.*?)(?=\n*\[\[ ## \w+ ## \]\]|\Z)", re.S)
 INSTRUCTION_TAIL = re.compile(
@@ -56,10 +58,20 @@ def _json_object(text: str) -> dict[str, str]:
     )
 
 
+def grouped(demo: dict[str, Any], label: dict[str, Any] | None) -> dict[str, Any]:
+    """The demo with its source task's group key, where the task's labels name a group."""
+    key = group_key((label or {}).get(TASK_GROUP))
+    return demo if key is None else {**demo, DEMO_GROUP: key}
+
+
 def demos_from(
-    rollouts: Sequence[Rollout], rng: random.Random, tasks: int = DEMO_TASKS
+    rollouts: Sequence[Rollout],
+    rng: random.Random,
+    labels: dict[str, dict[str, Any]] | None = None,
+    tasks: int = DEMO_TASKS,
 ) -> list[dict[str, Any]]:
-    """The parsed calls of accepted rollouts (score 1, no error) of up to `tasks` distinct tasks."""
+    """The parsed calls of accepted rollouts (score 1, no error) of up to `tasks` distinct tasks, each
+    with its task's group from `labels`."""
     by_task: dict[str, list[dict[str, str]]] = {}
     for rollout in sorted(rollouts, key=lambda r: (r.task_id, r.sample)):
         if rollout.error is None and rollout.score >= 1.0 and rollout.task_id not in by_task:
@@ -68,7 +80,7 @@ def demos_from(
             if fields:
                 by_task[rollout.task_id] = fields
     chosen = sorted(rng.sample(sorted(by_task), min(tasks, len(by_task))))
-    return [demo for task in chosen for demo in by_task[task]]
+    return [grouped(demo, (labels or {}).get(task)) for task in chosen for demo in by_task[task]]
 
 
 def labeled_demos(
@@ -84,15 +96,19 @@ def labeled_demos(
             inputs.setdefault(rollout.task_id, rollout.inputs)
     chosen = sorted(rng.sample(sorted(inputs), min(tasks, len(inputs))))
     return [
-        {  # inputs as the task gives them, so the few-shot block knows a task's own demo
-            **inputs[task],
-            **{
-                name: str(value).strip()[:MAX_FIELD_CHARS]
-                for name, value in labels[task].items()
-                if name not in inputs[task]
-                and isinstance(value, str | int | float)
-                and not isinstance(value, bool)
+        grouped(
+            {  # inputs as the task gives them, so the few-shot block knows a task's own demo
+                **inputs[task],
+                **{
+                    name: str(value).strip()[:MAX_FIELD_CHARS]
+                    for name, value in labels[task].items()
+                    if name not in inputs[task]
+                    and name != TASK_GROUP
+                    and isinstance(value, str | int | float)
+                    and not isinstance(value, bool)
+                },
             },
-        }
+            labels[task],
+        )
         for task in chosen
     ]

@@ -171,6 +171,30 @@ def _defines(code: str, name: str) -> bool:
     return name in _top_level_names(ast.parse(code))
 
 
+def refresh_block(code: str, parts: tuple[object, ...], constants: dict[str, object]) -> str:
+    """The code with each of the block's `parts` it defines replaced by today's source, and the knobs
+    today's parts read and it lacks added above the first: a parent written by an earlier version of
+    the block gets no candidate that keeps the old behaviour under a new knob."""
+    code = _ensure_imports(code, parts)
+    tree = ast.parse(code)
+    defined = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef | ast.ClassDef)}
+    nodes = sorted(
+        ((defined[part.__name__], part) for part in parts if part.__name__ in defined),
+        key=lambda pair: pair[0].lineno,
+    )
+    if not nodes:
+        return code
+    for node, part in reversed(nodes):
+        code = _replace(code, node, inspect.getsource(part).rstrip())
+    present = _top_level_names(tree)
+    knobs = "".join(
+        f"{name} = {literal(value)}\n" for name, value in constants.items() if name not in present
+    )
+    first = nodes[0][0]
+    at = _offset(code, first.lineno, 0)
+    return code[:at] + (knobs + "\n\n" if knobs else "") + code[at:]
+
+
 # -- the edits ------------------------------------------------------------------------------
 
 
@@ -291,14 +315,19 @@ def constrained_answer(values: str) -> EditFn:
     return edit
 
 
+FEW_SHOT_BLOCK = (blocks.own_task, blocks.set_demos, blocks.WithDemos)
+FEW_SHOT_KNOBS = {"DEMO_GROUP": blocks.DEMO_GROUP, "GROUP_SETTING": blocks.GROUP_SETTING}
+
+
 def few_shot(code: str, demos: list[dict[str, object]]) -> str | None:
-    """Put `demos` into the harness's predictors (adding the few-shot block on first use)."""
+    """Put `demos` into the harness's predictors (adding the few-shot block on first use, bringing
+    an earlier version of it up to date)."""
     if not demos:
         return None
     if _defines(code, blocks.WithDemos.__name__):
-        return set_constant(code, "DEMOS", demos)
-    parts = (blocks.own_task, blocks.set_demos, blocks.WithDemos)
-    return wrap_build(code, "few_shot", parts, {"DEMOS": demos}, "WithDemos({inner})")
+        return set_constant(refresh_block(code, FEW_SHOT_BLOCK, FEW_SHOT_KNOBS), "DEMOS", demos)
+    knobs = {"DEMOS": demos, **FEW_SHOT_KNOBS}
+    return wrap_build(code, "few_shot", FEW_SHOT_BLOCK, knobs, "WithDemos({inner})")
 
 
 FEW_SHOT_HYPOTHESIS = (
@@ -319,7 +348,7 @@ def trace_edits(
     """The edits a parent's own search rollouts make possible: few-shot demos of its accepted calls,
     and labeled demos of the tasks it ran on (each only where there are demos to show)."""
     drawn = (
-        ("few_shot", FEW_SHOT_HYPOTHESIS, demos_from(rollouts, rng)),
+        ("few_shot", FEW_SHOT_HYPOTHESIS, demos_from(rollouts, rng, labels)),
         ("labeled_demos", LABELED_DEMOS_HYPOTHESIS, labeled_demos(rollouts, labels, rng)),
     )
     return tuple(_shots_edit(name, why, demos) for name, why, demos in drawn if demos)

@@ -4,8 +4,10 @@ harness's own sampling (capped by the sandbox), and retrieval tool blocks for se
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 import random
+import re
 
 import dspy
 import pytest
@@ -14,7 +16,8 @@ from sandbox_helpers import TEST_LIMITS
 
 from optimizers.engine.assembly import proposer_lm
 from optimizers.harness.archive import CandidateMeta
-from optimizers.harness.proposers import MechanismProposer, MutationProposer
+from optimizers.harness.meta_harness import gold_fields
+from optimizers.harness.proposers import MechanismProposer, MutationProposer, blocks
 from optimizers.harness.proposers.demos import call_fields, demos_from
 from optimizers.harness.proposers.diagnosis import indicated_edits, symptoms
 from optimizers.harness.proposers.edits import EDITS_BY_NAME, FEW_SHOT_HYPOTHESIS, few_shot
@@ -22,7 +25,7 @@ from optimizers.harness.proposers.mutation import refused_at_build
 from whale_dspy.errors import ConfigError
 from whale_dspy.evaluation import EvalRequest, evaluate
 from whale_dspy.harness import HarnessProgram, HarnessSource
-from whale_dspy.records import LMCall, Rollout, ToolCall
+from whale_dspy.records import LMCall, Rollout, ToolCall, group_key
 from whale_dspy.rollouts import run_rollout
 from whale_dspy.sandbox import SandboxedEvaluator
 from whale_dspy.testing import FakeBackend, ScriptedLM
@@ -366,3 +369,74 @@ def test_a_runs_later_harness_phase_offers_nothing_an_earlier_phase_tried(tmp_pa
     }
     assert not [name for name in drawn["later"] if name.endswith("-answer_from_choices")]
     assert [name for name in drawn["elsewhere"] if name.endswith("-answer_from_choices")]
+
+
+def grouped_tasks(n: int, groups: str = "AABB") -> list[dspy.Example]:
+    """tasks(n) with a task group each (t0, t1 in A; t2, t3 in B; the rest by `groups` again)."""
+    return [
+        dspy.Example(**task.toDict(), task_group=groups[i % len(groups)]).with_inputs("question")
+        for i, task in enumerate(tasks(n))
+    ]
+
+
+def grouped_shots(tmp_path) -> HarnessSource:
+    archive = archive_with(tmp_path / "archive", h0=GOOD)
+    archive.record_labels({t.task_id: gold_fields(t) for t in grouped_tasks(4)})
+    return next(
+        s
+        for seed in range(40)
+        for s in MutationProposer(seed=seed).propose(archive, 3)
+        if s.name.endswith("-few_shot") and len(demo_questions(s.code)) == 3
+    )
+
+
+def shown_demos(rollout: Rollout) -> set[str]:
+    prompt = json.dumps(rollout.lm_calls[0].messages)
+    return {f"#{i}" for i in range(4) if f"What is 2+2? #{i}" in prompt} - {
+        "#" + str(rollout.inputs["question"]).rsplit("#", 1)[1]
+    }
+
+
+def test_a_demo_is_never_shown_to_a_task_of_its_group(tmp_path):
+    """SQuAD's search tasks cluster by article: a demo from one of an article's questions must not
+    lend the others its passage, in process and in the sandbox alike."""
+    shots = grouped_shots(tmp_path)
+    demos = {q.rsplit("#", 1)[1] for q in demo_questions(shots.code)}
+    unseen = grouped_tasks(8)[4:]  # t4, t5 in A; t6, t7 in B: never demos themselves
+    lm = ScriptedLM({"": {"answer": "4"}})
+    request = EvalRequest(unseen, metric=exact, lm=lm, k=1, namespace="grouped")
+    _, here = evaluate(HarnessProgram(shots.vouched(), QA), request)
+    _, contained = SandboxedEvaluator(TEST_LIMITS).evaluate(HarnessProgram(shots, QA), request)
+    for rollouts in (here, contained):
+        assert [r.error for r in rollouts] == [None] * 4
+        by_task = {r.task_id: shown_demos(r) for r in rollouts}
+        assert by_task["t4"] == by_task["t5"] == {f"#{d}" for d in demos if d in "23"}
+        assert by_task["t6"] == by_task["t7"] == {f"#{d}" for d in demos if d in "01"}
+    ungrouped = run_rollout(
+        HarnessProgram(shots.vouched(), QA), tasks(8)[7], lm=lm, metric=exact, sample=0, rollout_id=1
+    )
+    assert shown_demos(ungrouped) == {f"#{d}" for d in demos}  # a task without a group sees them all
+
+
+def test_new_demos_on_a_parent_with_an_older_few_shot_block_bring_the_block_up_to_date(tmp_path):
+    shots = grouped_shots(tmp_path)
+    new_own_task = inspect.getsource(blocks.own_task).rstrip()
+    old_own_task = (
+        "def own_task(demo: dict[str, Any], inputs: dict[str, Any]) -> bool:\n"
+        "    return any(key in demo and demo[key] == value for key, value in inputs.items())"
+    )
+    old = shots.code.replace(new_own_task, old_own_task)
+    old = re.sub(r"\n(DEMO_GROUP|GROUP_SETTING) = .*", "", old)
+    old = old.replace("own_task(demo, inputs, group)", "own_task(demo, inputs)")
+    assert new_own_task not in old and "DEMO_GROUP" not in old
+    demos = [{"question": "What is 3+3?", "answer": "6", blocks.DEMO_GROUP: group_key("A")}]
+    code = few_shot(old, demos)
+    assert code.count(new_own_task) == 1 and code.count("DEMO_GROUP = ") == 1
+    program = HarnessProgram(HarnessSource("renewed", code).vouched(), QA)
+    lm = ScriptedLM({"": {"answer": "4"}})
+    a, b = grouped_tasks(8)[4], grouped_tasks(8)[6]
+    seen = {
+        t.task_group: run_rollout(program, t, lm=lm, metric=exact, sample=0, rollout_id=1) for t in (a, b)
+    }
+    assert "What is 3+3?" not in json.dumps(seen["A"].lm_calls[0].messages)
+    assert "What is 3+3?" in json.dumps(seen["B"].lm_calls[0].messages)
