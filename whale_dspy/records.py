@@ -9,6 +9,7 @@ Records are frozen and round-trip through JSON (`to_dict` / `from_dict`).
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -48,9 +49,13 @@ GROUP_SETTING = "whale_task_group"
 
 
 def group_key(group: object) -> str | None:
-    """A task group's opaque key, None for none: a hash, since a harness reads it and an article's
-    title would help it search."""
-    return None if group is None else hashlib.sha256(f"task-group:{group}".encode()).hexdigest()[:16]
+    """A task group's key, None for none: the same for a group read from the example and from the
+    recorded labels (its JSON form), and a hash, so no harness reads a title as a search hint in
+    passing (not a secret: a harness could hash every title it finds)."""
+    if group is None:
+        return None
+    canonical = json.dumps(group, sort_keys=True, default=str, separators=(",", ":"))
+    return hashlib.sha256(f"task-group:{canonical}".encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from whale_dspy.class_source import module_of, source_needed_by
 from whale_dspy.errors import ConfigError
 from whale_dspy.harness import HarnessProgram, HarnessSource, load_build
 from whale_dspy.protocols import Tools
+from whale_dspy.records import TASK_GROUP
 
 ENTRY_MARK = "# -- whale-dspy entry (generated): how the optimizer builds this program; keep `build` --"
 STATE_NAME = "STUDENT_STATE"
@@ -83,6 +84,10 @@ def check_metric(metric: Callable[..., Any]) -> None:
         pass
 
 
+NOT_OUTPUTS = ("task_id", TASK_GROUP)
+"""Label fields that name a task rather than answer it."""
+
+
 def signature_from(examples: Sequence[dspy.Example], name: str = "Task") -> type[dspy.Signature]:
     """The task's signature as the examples show it: their input fields -> their label fields.
 
@@ -95,7 +100,7 @@ def signature_from(examples: Sequence[dspy.Example], name: str = "Task") -> type
         inputs = list(first.inputs().keys())
     except ValueError as error:
         raise ConfigError("the examples need .with_inputs(...) to say which fields are inputs") from error
-    outputs = list(first.labels().keys()) or ["answer"]
+    outputs = [name for name in first.labels().toDict() if name not in NOT_OUTPUTS] or ["answer"]
     return dspy.Signature(f"{', '.join(inputs)} -> {', '.join(outputs)}", f"The {name} task.")
 
 

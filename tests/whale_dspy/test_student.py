@@ -79,3 +79,14 @@ def test_a_metric_with_the_wrong_shape_is_refused():
     check_metric(exact)
     with pytest.raises(ConfigError, match=r"\(example, prediction, trace=None\)"):
         check_metric(lambda prediction: 1.0)
+
+
+def test_the_task_signature_holds_what_a_task_answers_not_what_names_it():
+    grouped = [
+        dspy.Example(task_id="t0", question="q", answer="a", reasons="r", task_group="Rhine").with_inputs(
+            "question"
+        )
+    ]
+    signature = as_harness(LookupQA(lookup, notes=1), examples=grouped).signature
+    assert list(signature.input_fields) == ["question"]
+    assert list(signature.output_fields) == ["answer", "reasons"]

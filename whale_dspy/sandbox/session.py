@@ -33,6 +33,7 @@ from whale_dspy.errors import HarnessError
 from whale_dspy.harness_source import HarnessSource
 from whale_dspy.jsonl import to_jsonable
 from whale_dspy.protocols import Tools
+from whale_dspy.records import GROUP_SETTING
 from whale_dspy.sandbox.allowlist import check_imports
 from whale_dspy.sandbox.limits import (
     ForbiddenCall,
@@ -331,4 +332,9 @@ def run_contained(program: Any, example: dspy.Example, limits: SandboxLimits | N
     """One call of `program` on `example`'s inputs in a fresh sandbox child, on the current LM."""
     limits = (limits or SandboxLimits(threads=1)).sized_for(1)
     with CandidateSession(program.source, program.signature, limits) as session:
-        return session.run(dict(example.inputs()), program.tools_factory(example), dspy.settings.lm)
+        return session.run(
+            dict(example.inputs()),
+            program.tools_factory(example),
+            dspy.settings.lm,
+            group=dspy.settings.get(GROUP_SETTING),
+        )

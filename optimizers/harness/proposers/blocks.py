@@ -4,7 +4,8 @@ They are real Python here so they are linted and unit-tested; the mutation
 proposer copies a block's source (`inspect.getsource`) into the candidate, which
 must stay a standalone file. Each wrapper takes the program `build` made and
 runs it under one new mechanism. Blocks read their knob (VOTES, RETRIES,
-OUTPUT_ADAPTER, TEMPERATURE, MAX_TOKENS, DEMOS, ANSWER_VALUES) as a module-level constant of the harness
+OUTPUT_ADAPTER, TEMPERATURE, MAX_TOKENS, DEMOS, ANSWER_VALUES) and the names they share with the
+library (WINNING_SAMPLE, DEMO_GROUP, GROUP_SETTING) as module-level constants of the harness
 they are copied into. Tool blocks (`second_hop`, `rewritten_queries`) change what a tool does before the
 harness gets it.
 """

@@ -172,27 +172,27 @@ def _defines(code: str, name: str) -> bool:
 
 
 def refresh_block(code: str, parts: tuple[object, ...], constants: dict[str, object]) -> str:
-    """The code with each of the block's `parts` it defines replaced by today's source, and the knobs
-    today's parts read and it lacks added above the first: a parent written by an earlier version of
-    the block gets no candidate that keeps the old behaviour under a new knob."""
-    code = _ensure_imports(code, parts)
-    tree = ast.parse(code)
-    defined = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef | ast.ClassDef)}
-    nodes = sorted(
-        ((defined[part.__name__], part) for part in parts if part.__name__ in defined),
-        key=lambda pair: pair[0].lineno,
-    )
-    if not nodes:
+    """The code with the block's `parts` replaced by today's source, and the knobs today's parts
+    read and it lacks added above the first: a parent written by an earlier version of the block
+    gets no candidate that keeps the old behaviour under a new knob. Code that defines only some
+    of the parts (a block written by hand or by an LM) is left as it is."""
+    if not all(part.__name__ in _definitions(code) for part in parts):
         return code
+    code = _ensure_imports(code, parts)
+    defined, present = _definitions(code), _top_level_names(ast.parse(code))
+    nodes = sorted(((defined[part.__name__], part) for part in parts), key=lambda pair: pair[0].lineno)
     for node, part in reversed(nodes):
         code = _replace(code, node, inspect.getsource(part).rstrip())
-    present = _top_level_names(tree)
     knobs = "".join(
         f"{name} = {literal(value)}\n" for name, value in constants.items() if name not in present
     )
     first = nodes[0][0]
-    at = _offset(code, first.lineno, 0)
+    at = _offset(code, min([first.lineno, *(d.lineno for d in first.decorator_list)]), 0)
     return code[:at] + (knobs + "\n\n" if knobs else "") + code[at:]
+
+
+def _definitions(code: str) -> dict[str, ast.FunctionDef | ast.ClassDef]:
+    return {n.name: n for n in ast.parse(code).body if isinstance(n, ast.FunctionDef | ast.ClassDef)}
 
 
 # -- the edits ------------------------------------------------------------------------------

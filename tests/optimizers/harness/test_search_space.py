@@ -8,10 +8,11 @@ import inspect
 import json
 import random
 import re
+from pathlib import Path
 
 import dspy
 import pytest
-from meta_harness_helpers import BROKEN, GOOD, QA, TOY, archive_with, exact, source, tasks
+from meta_harness_helpers import BROKEN, GOOD, QA, TOY, archive_with, exact, lm, source, tasks
 from sandbox_helpers import TEST_LIMITS
 
 from optimizers.engine.assembly import proposer_lm
@@ -20,12 +21,12 @@ from optimizers.harness.meta_harness import gold_fields
 from optimizers.harness.proposers import MechanismProposer, MutationProposer, blocks
 from optimizers.harness.proposers.demos import call_fields, demos_from
 from optimizers.harness.proposers.diagnosis import indicated_edits, symptoms
-from optimizers.harness.proposers.edits import EDITS_BY_NAME, FEW_SHOT_HYPOTHESIS, few_shot
+from optimizers.harness.proposers.edits import EDITS_BY_NAME, FEW_SHOT_HYPOTHESIS, few_shot, set_constant
 from optimizers.harness.proposers.mutation import refused_at_build
 from whale_dspy.errors import ConfigError
 from whale_dspy.evaluation import EvalRequest, evaluate
 from whale_dspy.harness import HarnessProgram, HarnessSource
-from whale_dspy.records import LMCall, Rollout, ToolCall, group_key
+from whale_dspy.records import TASK_GROUP, LMCall, Rollout, ToolCall, group_key
 from whale_dspy.rollouts import run_rollout
 from whale_dspy.sandbox import SandboxedEvaluator
 from whale_dspy.testing import FakeBackend, ScriptedLM
@@ -418,25 +419,91 @@ def test_a_demo_is_never_shown_to_a_task_of_its_group(tmp_path):
     assert shown_demos(ungrouped) == {f"#{d}" for d in demos}  # a task without a group sees them all
 
 
+BLOCK_BEFORE_B390821 = (Path(__file__).parent / "data" / "few_shot_block_214d879.txt").read_text().rstrip()
+"""The few-shot block as candidates written before b390821 hold it (optimizers/harness/proposers/blocks.py
+at 214d879's own_task, set_demos and WithDemos, in the order wrap_build wrote them)."""
+
+
+def written_before_groups(code: str) -> str:
+    """A few-shot candidate of today as the block before b390821 wrote it: no group knobs, the old parts."""
+    code = re.sub(r"\n(DEMO_GROUP|GROUP_SETTING) = .*", "", code)
+    start, end = code.index("def own_task("), code.index("\n\n\ndef build(signature, tools)")
+    return code[:start] + BLOCK_BEFORE_B390821 + code[end:]
+
+
 def test_new_demos_on_a_parent_with_an_older_few_shot_block_bring_the_block_up_to_date(tmp_path):
-    shots = grouped_shots(tmp_path)
-    new_own_task = inspect.getsource(blocks.own_task).rstrip()
-    old_own_task = (
-        "def own_task(demo: dict[str, Any], inputs: dict[str, Any]) -> bool:\n"
-        "    return any(key in demo and demo[key] == value for key, value in inputs.items())"
-    )
-    old = shots.code.replace(new_own_task, old_own_task)
-    old = re.sub(r"\n(DEMO_GROUP|GROUP_SETTING) = .*", "", old)
-    old = old.replace("own_task(demo, inputs, group)", "own_task(demo, inputs)")
-    assert new_own_task not in old and "DEMO_GROUP" not in old
-    demos = [{"question": "What is 3+3?", "answer": "6", blocks.DEMO_GROUP: group_key("A")}]
-    code = few_shot(old, demos)
-    assert code.count(new_own_task) == 1 and code.count("DEMO_GROUP = ") == 1
-    program = HarnessProgram(HarnessSource("renewed", code).vouched(), QA)
+    old = written_before_groups(grouped_shots(tmp_path).code)
     lm = ScriptedLM({"": {"answer": "4"}})
     a, b = grouped_tasks(8)[4], grouped_tasks(8)[6]
-    seen = {
-        t.task_group: run_rollout(program, t, lm=lm, metric=exact, sample=0, rollout_id=1) for t in (a, b)
-    }
-    assert "What is 3+3?" not in json.dumps(seen["A"].lm_calls[0].messages)
-    assert "What is 3+3?" in json.dumps(seen["B"].lm_calls[0].messages)
+
+    def shown(code: str) -> dict[str, bool]:
+        program = HarnessProgram(HarnessSource("shots", code).vouched(), QA)
+        seen = {
+            t.task_group: run_rollout(program, t, lm=lm, metric=exact, sample=0, rollout_id=1) for t in (a, b)
+        }
+        return {group: "What is 3+3?" in json.dumps(r.lm_calls[0].messages) for group, r in seen.items()}
+
+    demos = [{"question": "What is 3+3?", "answer": "6", blocks.DEMO_GROUP: group_key("A")}]
+    assert shown(set_constant(old, "DEMOS", demos)) == {"A": True, "B": True}  # the old block leaks
+    code = few_shot(old, demos)
+    assert shown(code) == {"A": False, "B": True}
+    assert code.count(inspect.getsource(blocks.own_task).rstrip()) == 1 and "(demo, inputs)" not in code
+    knobs = code.index('DEMO_GROUP = "_task_group"\nGROUP_SETTING = "whale_task_group"\n')
+    assert code.index("DEMOS = ") < knobs < code.index("def own_task(")
+
+
+LM_WRITTEN_DEMOS = """
+import dspy
+
+DEMOS = [{"question": "What is 5+5?", "answer": "10"}]
+
+
+class WithDemos(dspy.Module):
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+        self.inner.demos = [dspy.Example(**demo) for demo in DEMOS]
+
+    def forward(self, **inputs):
+        return self.inner(**inputs)
+
+
+def build(signature, tools):
+    return WithDemos(dspy.Predict(signature))
+"""
+
+
+def test_new_demos_on_a_few_shot_block_of_its_own_only_set_its_demos():
+    """A WithDemos written by an LM (no own_task, no set_demos) is not ours to replace: it would fail
+    to build, and a failed build bans the edit for the rest of the run."""
+    code = few_shot(LM_WRITTEN_DEMOS, [{"question": "What is 3+3?", "answer": "6"}])
+    assert code == LM_WRITTEN_DEMOS.replace(
+        '[{"question": "What is 5+5?", "answer": "10"}]', "[{'question': 'What is 3+3?', 'answer': '6'}]"
+    )
+    seen = run_rollout(
+        HarnessProgram(HarnessSource("lm", code).vouched(), QA),
+        tasks(1)[0],
+        lm=lm(),
+        metric=exact,
+        sample=0,
+        rollout_id=1,
+    )
+    assert seen.error is None and "What is 3+3?" in json.dumps(seen.lm_calls[0].messages)
+
+
+def test_labeled_demos_name_their_tasks_group_and_never_show_it_as_a_field():
+    from optimizers.harness.proposers.demos import labeled_demos
+
+    runs = [rollout(f"t{i}", 0.0) for i in range(4)]
+    labels = {t.task_id: gold_fields(t) for t in grouped_tasks(4)}
+    demos = labeled_demos(runs, labels, random.Random(0), tasks=4)
+    assert [d.get(blocks.DEMO_GROUP) for d in demos] == [group_key(g) for g in "AABB"]
+    assert all(TASK_GROUP not in d for d in demos)
+    plain = labeled_demos(runs, {t: {"answer": "4"} for t in labels}, random.Random(0), tasks=4)
+    assert all(blocks.DEMO_GROUP not in d for d in plain)
+
+
+def test_a_group_keys_the_same_from_the_example_and_from_its_recorded_labels():
+    group = ("repo", "x")
+    assert group_key(group) == group_key(json.loads(json.dumps(group))) != group_key(("repo", "y"))
+    assert group_key(None) is None
