@@ -26,7 +26,7 @@ from optimizers.harness.proposers.mutation import refused_at_build
 from whale_dspy.errors import ConfigError
 from whale_dspy.evaluation import EvalRequest, evaluate
 from whale_dspy.harness import HarnessProgram, HarnessSource
-from whale_dspy.records import TASK_GROUP, LMCall, Rollout, ToolCall, group_key
+from whale_dspy.records import GROUP_SETTING, TASK_GROUP, LMCall, Rollout, ToolCall, group_key
 from whale_dspy.rollouts import run_rollout
 from whale_dspy.sandbox import SandboxedEvaluator
 from whale_dspy.testing import FakeBackend, ScriptedLM
@@ -507,3 +507,18 @@ def test_a_group_keys_the_same_from_the_example_and_from_its_recorded_labels():
     group = ("repo", "x")
     assert group_key(group) == group_key(json.loads(json.dumps(group))) != group_key(("repo", "y"))
     assert group_key(None) is None
+
+
+def test_a_contained_call_of_a_program_keeps_its_groups_demos_out_as_a_trusted_one_does(tmp_path):
+    shots = grouped_shots(tmp_path)
+    task = grouped_tasks(8)[4]  # group A
+    lm = ScriptedLM({"": {"answer": "4"}})
+    prompts = {}
+    for name, harness in (("contained", shots), ("trusted", shots.vouched())):
+        lm.history.clear()
+        with dspy.context(lm=lm, **{GROUP_SETTING: group_key(task.task_group)}):
+            assert HarnessProgram(harness, QA)(question=task.question).answer == "4"
+        prompts[name] = json.dumps(lm.history[-1]["messages"])
+    demos = {q.rsplit("#", 1)[1] for q in demo_questions(shots.code)}
+    assert {d for d in demos if f"#{d}" in prompts["contained"]} == {d for d in demos if d in "23"}
+    assert prompts["contained"] == prompts["trusted"]
