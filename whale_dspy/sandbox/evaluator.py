@@ -20,7 +20,7 @@ import dspy
 from whale_dspy.evaluation import EvalReport, EvalRequest, InProcessEvaluator, evaluate
 from whale_dspy.harness import HarnessSource, ToolsFactory
 from whale_dspy.protocols import Tools
-from whale_dspy.records import GROUP_SETTING, Rollout
+from whale_dspy.records import Rollout
 from whale_dspy.sandbox.limits import LONG_EVALUATION_SECONDS, SandboxLimits
 from whale_dspy.sandbox.session import CandidateSession
 from whale_dspy.sandbox.specs import adapter_name
@@ -55,7 +55,7 @@ class SandboxedProgram:
         tools = self.tools_factory(example) if tools is None else tools
 
         def inner(**inputs: Any) -> dspy.Prediction | None:
-            return self.session.run(inputs, tools, dspy.settings.lm, group=dspy.settings.get(GROUP_SETTING))
+            return self.session.run(inputs, tools, dspy.settings.lm)
 
         return inner
 

@@ -209,11 +209,9 @@ class CandidateSession:
 
     # -- one rollout ------------------------------------------------------------------------
 
-    def run(
-        self, inputs: dict[str, Any], tools: Tools, lm: dspy.BaseLM, group: str | None = None
-    ) -> dspy.Prediction | None:
-        """Run the candidate on one task in the child, serving its LM and tool calls from here; `group`
-        is the task's group key (`whale_dspy.records.group_key`), set in the child's dspy settings."""
+    def run(self, inputs: dict[str, Any], tools: Tools, lm: dspy.BaseLM) -> dspy.Prediction | None:
+        """Run the candidate on one task in the child, serving its LM and tool calls from here; the
+        child gets the adapter and the task's group key (GROUP_SETTING) of this thread's dspy settings."""
         job, inbox = next(self._job_ids), queue.Queue()
         with self._lock:
             if self.failure is None:
@@ -229,7 +227,7 @@ class CandidateSession:
                     "tools": describe_tools(tools),
                     "lm": lm_profile(lm),
                     "adapter": adapter_name(dspy.settings.adapter),
-                    "group": group,
+                    "group": dspy.settings.get(GROUP_SETTING),
                 }
             )
             return self._serve(inbox, tools, lm)
@@ -332,9 +330,4 @@ def run_contained(program: Any, example: dspy.Example, limits: SandboxLimits | N
     """One call of `program` on `example`'s inputs in a fresh sandbox child, on the current LM."""
     limits = (limits or SandboxLimits(threads=1)).sized_for(1)
     with CandidateSession(program.source, program.signature, limits) as session:
-        return session.run(
-            dict(example.inputs()),
-            program.tools_factory(example),
-            dspy.settings.lm,
-            group=dspy.settings.get(GROUP_SETTING),
-        )
+        return session.run(dict(example.inputs()), program.tools_factory(example), dspy.settings.lm)
